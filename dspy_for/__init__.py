@@ -1,0 +1,20 @@
+"""dspy-for: FOR-Prompting and ProRefine as DSPy modules, compared with prompt optimizers."""
+
+from __future__ import annotations
+
+from dspy_for.errors import ConfigError, DatasetError, DspyForError, MissingDependencyError
+from dspy_for.lm import make_lm, resolve_lm, role, track_usage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DatasetError",
+    "DspyForError",
+    "MissingDependencyError",
+    "__version__",
+    "make_lm",
+    "resolve_lm",
+    "role",
+    "track_usage",
+]

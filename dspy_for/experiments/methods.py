@@ -1,0 +1,125 @@
+"""One registry of inference methods and baselines, shared by `ask`, `compare` and `sweep`.
+
+A method is a name, the roles it has (each can get its own LM), the options it accepts with their
+defaults, and a factory that builds a fresh ``dspy.Module`` for a signature. Everything above this
+file (CLI, comparisons, sweeps) builds programs only through :func:`build_method`, so an option
+means the same thing everywhere and bad names fail early with a clear message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dspy
+
+from dspy_for.errors import ConfigError
+
+__all__ = [
+    "MethodSpec",
+    "build_method",
+    "get_method",
+    "list_methods",
+    "register_method",
+]
+
+#: factory(signature, lms, **options) -> dspy.Module; ``lms`` maps each role to an LM or None
+#: (None: the LM configured with ``dspy.configure``/``dspy.context``).
+Factory = Callable[..., dspy.Module]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    description: str
+    factory: Factory
+    roles: tuple[str, ...] = ("task",)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def validate_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(options) - set(self.defaults))
+        if unknown:
+            allowed = ", ".join(sorted(self.defaults)) or "(none)"
+            raise ConfigError(
+                f"Unknown option `{unknown[0]}` for method `{self.name}`. Options it accepts: {allowed}."
+            )
+        return {**self.defaults, **options}
+
+    def validate_roles(self, roles: Mapping[str, Any]) -> None:
+        unknown = sorted(set(roles) - set(self.roles))
+        if unknown:
+            raise ConfigError(
+                f"Method `{self.name}` has no role `{unknown[0]}`. Its roles are: {', '.join(self.roles)}. "
+                "Pass `--lm SPEC` for all roles or `--role-lm ROLE=SPEC` with one of those roles."
+            )
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register_method(spec: MethodSpec, *, replace: bool = False) -> MethodSpec:
+    """Add a method to the registry (``replace=True`` to override one, e.g. in user code)."""
+    if spec.name in _REGISTRY and not replace:
+        raise ConfigError(f"Method `{spec.name}` is already registered; pass `replace=True` to override it.")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get_method(name: str) -> MethodSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(
+            f"Unknown method `{name}`. Choose one of: {', '.join(sorted(_REGISTRY))}."
+        ) from None
+
+
+def list_methods() -> list[MethodSpec]:
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def build_method(
+    name: str,
+    signature: str | type[dspy.Signature] = "question -> answer",
+    *,
+    lm: Any = None,
+    role_lms: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> dspy.Module:
+    """Build a fresh program for method ``name``.
+
+    ``lm`` (a litellm spec string, ``dspy.BaseLM`` or None) is the default for every role;
+    ``role_lms`` overrides it per role. Strings go through :func:`dspy_for.make_lm`.
+    """
+    from dspy_for.lm import resolve_lm
+
+    spec = get_method(name)
+    role_lms = dict(role_lms or {})
+    spec.validate_roles(role_lms)
+    opts = spec.validate_options(options)
+    default = resolve_lm(lm)
+    lms = {r: resolve_lm(role_lms[r]) if r in role_lms else default for r in spec.roles}
+    return spec.factory(signature, lms, **opts)
+
+
+def _with_lm(module: dspy.Module, lm: Any) -> dspy.Module:
+    if lm is not None:
+        module.set_lm(lm)
+    return module
+
+
+register_method(
+    MethodSpec(
+        name="single",
+        description="Single prompt: one dspy.Predict call, no reasoning field.",
+        factory=lambda sig, lms: _with_lm(dspy.Predict(sig), lms["task"]),
+    )
+)
+register_method(
+    MethodSpec(
+        name="cot",
+        description="Chain of thought: dspy.ChainOfThought (reasoning, then the outputs).",
+        factory=lambda sig, lms: _with_lm(dspy.ChainOfThought(sig), lms["task"]),
+    )
+)

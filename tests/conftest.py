@@ -1,0 +1,35 @@
+"""Shared fixtures: every test starts from clean DSPy settings, an isolated cache and no network waits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Runs here must never wait on the network for litellm's model cost map.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import dspy  # noqa: E402
+from dspy.dsp.utils.settings import DEFAULT_CONFIG  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
+
+
+@pytest.fixture(autouse=True)
+def reset_dspy_settings():
+    """Reset DSPy's global configuration before and after each test."""
+    dspy.configure(**{k: v for k, v in DEFAULT_CONFIG.items()})
+    yield
+    dspy.configure(**{k: v for k, v in DEFAULT_CONFIG.items()})
+
+
+@pytest.fixture
+def shared_datasets() -> Path:
+    """The real benchmark files in ../shared/datasets; skips when this checkout has none beside it."""
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"real benchmark data not found at {SHARED_DATASETS}")
+    return SHARED_DATASETS
