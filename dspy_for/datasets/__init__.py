@@ -1,0 +1,7 @@
+"""Benchmarks of the FOR-Prompting and ProRefine papers as lists of ``dspy.Example``."""
+
+from __future__ import annotations
+
+from dspy_for.datasets.loaders import DATASETS, DatasetInfo, data_hash, dataset_info, load_dataset
+
+__all__ = ["DATASETS", "DatasetInfo", "data_hash", "dataset_info", "load_dataset"]
