@@ -54,7 +54,7 @@ class MissingDependencyError(DspyForError, ImportError):
     """An optional dependency is not installed; the message gives the install command."""
 
 
-def require(module: str, *, extra: str, package: str | None = None):  # noqa: ANN201 - returns a module
+def require(module: str, *, extra: str, package: str | None = None):
     """Import an optional dependency lazily, or raise with the install command.
 
     >>> require("llama_cpp", extra="local")  # doctest: +SKIP

@@ -279,7 +279,9 @@ class QualityJudge:
         self.rubric = rubric
         self.judge_lm = resolve_lm(judge_lm)
         if self.judge_lm is None:
-            raise ConfigError("`judge_lm` is required for quality judges: pass an LM spec such as 'local/qwen2.5-coder-1.5b'.")
+            raise ConfigError(
+                "`judge_lm` is required for quality judges: pass an LM spec such as 'local/qwen2.5-coder-1.5b'."
+            )
         self.predictor = dspy.Predict(_RUBRICS[rubric])
 
     def __call__(self, example: Any, prediction: Any, trace: Any = None) -> float:

@@ -12,8 +12,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-import dspy  # noqa: E402
-from dspy.dsp.utils.settings import DEFAULT_CONFIG  # noqa: E402
+import dspy
+from dspy.dsp.utils.settings import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
