@@ -1,0 +1,284 @@
+"""The embedded default LM: a llama.cpp (llama-cpp-python) OpenAI-compatible server on 127.0.0.1.
+
+One server per registry model is shared by every process on the machine:
+
+* a state file ``<server dir>/<model>.json`` (pid, port, alias, who started it, and the *leases*: pids
+  of processes using it) guarded by a file lock;
+* a process that needs the model takes a lease on a healthy server, or starts one (``started_by =
+  "library"``) if there is none; at exit it drops its lease, and the last lease holder stops a
+  library-started server. Servers started with ``dspy-for serve`` (``started_by = "serve"``) or by
+  anyone else are never stopped by the library.
+
+The server's log goes to ``<server dir>/<model>.log``; a failed start shows its tail.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dspy_for.errors import ServerError, require
+from dspy_for.lm.registry import get_model, model_path
+
+__all__ = ["ServerInfo", "ensure_server", "healthy", "release_server", "server_dir", "start_server", "stop_server"]
+
+SERVER_DIR_ENV = "DSPY_FOR_SERVER_DIR"
+DEFAULT_N_CTX = 4096
+
+
+@dataclass
+class ServerInfo:
+    model: str
+    alias: str
+    host: str
+    port: int
+    pid: int
+    started_by: str
+    n_ctx: int
+    n_threads: int
+    leases: list[int] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+
+def server_dir() -> Path:
+    env = os.environ.get(SERVER_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("dspy-for")) / "servers"
+
+
+def alias_for(name: str) -> str:
+    """Served model alias: the name plus the file's SHA-256 prefix, so cache keys differ per model file."""
+    return f"{name}-{get_model(name).sha256[:12]}"
+
+
+def _paths(name: str) -> tuple[Path, Path, Path]:
+    d = server_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    return d / f"{name}.json", d / f"{name}.lock", d / f"{name}.log"
+
+
+def _read_state(path: Path) -> ServerInfo | None:
+    try:
+        return ServerInfo(**json.loads(path.read_text()))
+    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+        return None
+
+
+def _write_state(path: Path, info: ServerInfo) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(info)))
+    os.replace(tmp, path)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child still "exists": treat it as dead
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+    return True
+
+
+def healthy(info: ServerInfo, timeout: float = 2.0) -> bool:
+    """The server answers ``GET /v1/models`` and serves the expected alias."""
+    try:
+        with urllib.request.urlopen(f"{info.base_url}/models", timeout=timeout) as resp:
+            data = json.loads(resp.read())
+        return any(m.get("id") == info.alias for m in data.get("data", []))
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def start_server(
+    name: str,
+    *,
+    port: int | None = None,
+    n_ctx: int = DEFAULT_N_CTX,
+    n_threads: int | None = None,
+    started_by: str = "library",
+    timeout: float = 180.0,
+) -> tuple[ServerInfo, subprocess.Popen[bytes]]:
+    """Start a server process for registry model ``name`` and wait until it is healthy.
+
+    The caller must hold the model's lock (``ensure_server`` does) or be the only user (``serve``).
+    """
+    require("llama_cpp.server", extra="local", package="llama-cpp-python[server]")
+    path = model_path(name)
+    _, _, log_path = _paths(name)
+    n_threads = n_threads or min(os.cpu_count() or 2, 8)
+    if port is not None and _port_in_use(port):
+        raise ServerError(
+            f"Port {port} on 127.0.0.1 is already in use. Pick another `--port`, or omit it to use a free one."
+        )
+    port = port or _free_port()
+    alias = alias_for(name)
+    cmd = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", alias,
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads),
+    ]
+    log = log_path.open("ab")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    log.close()
+    info = ServerInfo(name, alias, "127.0.0.1", port, proc.pid, started_by, n_ctx, n_threads)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerError(
+                f"The llama.cpp server for `{name}` exited with code {proc.returncode} while starting "
+                f"(port {port}). Last lines of {log_path}:\n{_tail(log_path)}"
+            )
+        if healthy(info, timeout=1.0):
+            return info, proc
+        time.sleep(0.3)
+    proc.kill()
+    raise ServerError(
+        f"The llama.cpp server for `{name}` did not become healthy within {timeout:.0f}s. "
+        f"Last lines of {log_path}:\n{_tail(log_path)}"
+    )
+
+
+_OWN_LEASES: set[str] = set()
+
+
+def ensure_server(
+    name: str, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None, port: int | None = None
+) -> ServerInfo:
+    """Return a healthy shared server for ``name``, starting one if none is running; takes a lease."""
+    from filelock import FileLock
+
+    get_model(name)
+    state_path, lock_path, _ = _paths(name)
+    with FileLock(str(lock_path), timeout=600):
+        info = _read_state(state_path)
+        if info is not None and not (_alive(info.pid) and healthy(info)):
+            if info.started_by == "library" and _alive(info.pid):
+                _terminate(info.pid)
+            state_path.unlink(missing_ok=True)
+            info = None
+        if info is None:
+            info, _ = start_server(name, n_ctx=n_ctx, n_threads=n_threads, port=port)
+        me = os.getpid()
+        info.leases = sorted({p for p in info.leases if _alive(p)} | {me})
+        _write_state(state_path, info)
+    if name not in _OWN_LEASES:
+        _OWN_LEASES.add(name)
+        atexit.register(release_server, name)
+    return info
+
+
+def release_server(name: str) -> None:
+    """Drop this process's lease; stop a library-started server when no live lease remains."""
+    from filelock import FileLock
+
+    state_path, lock_path, _ = _paths(name)
+    _OWN_LEASES.discard(name)
+    with FileLock(str(lock_path), timeout=60):
+        info = _read_state(state_path)
+        if info is None:
+            return
+        me = os.getpid()
+        info.leases = [p for p in info.leases if p != me and _alive(p)]
+        if info.started_by == "library" and not info.leases:
+            _terminate(info.pid)
+            state_path.unlink(missing_ok=True)
+        else:
+            _write_state(state_path, info)
+
+
+def stop_server(name: str) -> bool:
+    """Stop the server for ``name`` whatever its leases (used by ``serve`` on exit and by tests)."""
+    from filelock import FileLock
+
+    state_path, lock_path, _ = _paths(name)
+    with FileLock(str(lock_path), timeout=60):
+        info = _read_state(state_path)
+        state_path.unlink(missing_ok=True)
+    if info is None:
+        return False
+    _terminate(info.pid)
+    return True
+
+
+def _terminate(pid: int, grace: float = 5.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _alive(pid):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def serve_forever(name: str, *, port: int | None = None, n_ctx: int = DEFAULT_N_CTX,
+                  n_threads: int | None = None) -> ServerInfo:
+    """Run a server in the foreground for other processes (``dspy-for serve``); returns when it exits."""
+    from filelock import FileLock
+
+    state_path, lock_path, _ = _paths(name)
+    with FileLock(str(lock_path), timeout=600):
+        existing = _read_state(state_path)
+        if existing is not None and _alive(existing.pid) and healthy(existing):
+            raise ServerError(
+                f"A server for `{name}` is already running at {existing.base_url} (pid {existing.pid}). "
+                "Use it, or stop it first."
+            )
+        info, proc = start_server(name, port=port, n_ctx=n_ctx, n_threads=n_threads, started_by="serve")
+        _write_state(state_path, info)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_server(name)
+    return info
