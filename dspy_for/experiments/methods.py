@@ -123,3 +123,21 @@ register_method(
         factory=lambda sig, lms: _with_lm(dspy.ChainOfThought(sig), lms["task"]),
     )
 )
+
+
+def _for_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
+    from dspy_for.modules import FORPrompting
+
+    return FORPrompting(sig, defender_lm=lms["defender"], debater_lm=lms["debater"], host_lm=lms["host"], **options)
+
+
+register_method(
+    MethodSpec(
+        name="for",
+        description="FOR-Prompting: Defender answers, Debater asks questions only, optional Host synthesizes.",
+        factory=_for_factory,
+        roles=("defender", "debater", "host"),
+        defaults={"rounds": 1, "host": True, "stop": "fixed", "patience": 1, "token_budget": None,
+                  "debater_mode": "questions", "guard": True},
+    )
+)

@@ -1,0 +1,110 @@
+"""FOR-Prompting's roles as typed signatures; their docstrings are the role prompts.
+
+The paper's Table 3 prompts are illustrative ("prompts with similar intent can be employed"). Its
+literal "be concise" wording made a 0.5B Defender drop its reasoning (0/30 on GSM8K here), and a naive
+Defender abandoned correct answers under questioning. These prompts therefore (1) demand step-by-step
+work every round, (2) make the Defender check each question against its own work and change its
+answer only for a concrete error it can name, and (3) make the Host weigh all rounds.
+
+The Defender and Host signatures are built from the user's signature (its inputs and outputs, like
+``dspy.ChainOfThought``); the Debater's is fixed, since it never produces the task's outputs.
+"""
+
+from __future__ import annotations
+
+import dspy
+
+__all__ = [
+    "DEBATER_FREE_INSTRUCTIONS",
+    "DEBATER_INSTRUCTIONS",
+    "DEFENDER_INSTRUCTIONS",
+    "HOST_INSTRUCTIONS",
+    "REVISE_INSTRUCTIONS",
+    "Debater",
+    "defender_signature",
+    "host_signature",
+    "revise_signature",
+]
+
+DEFENDER_INSTRUCTIONS = """You are the Defender. Solve the task yourself, step by step.
+In `reasoning`, write out every step and every intermediate calculation, and check each one.
+Then give the final answer in the output fields."""
+
+REVISE_INSTRUCTIONS = """You are the Defender. A Debater has asked questions about your previous answer.
+The Debater only asks questions: a question is NOT a sign that you are wrong.
+1. For each new question, re-check the exact step of your previous work it points at, and reply to it in
+   `responses` (one reply per question, in order).
+2. Set `error_found` to true ONLY if that re-check reveals a concrete mistake you can name (a wrong
+   number, a misread fact, a wrong operation). Describe it in `error`, or write "none".
+3. Solve the ORIGINAL task again in full, step by step, in `reasoning`. If you found no concrete error,
+   redo the same work and keep your answer. If you found one, fix only that mistake.
+4. Give the final answer in the output fields."""
+
+DEBATER_INSTRUCTIONS = """You are the Debater. You ask questions ONLY.
+Read the task and the Defender's current answer. Ask 1 to 3 short, specific questions that make the
+Defender re-check one step: a calculation, an assumption, a quantity read from the task, a unit, a
+missed case.
+Rules: never answer the task; never state a number the Defender did not use; never propose a fix, a
+method or a corrected answer; never say the answer is wrong. Each item is ONE question ending with "?".
+Do not repeat questions already asked. If nothing is left worth asking, return an empty list."""
+
+DEBATER_FREE_INSTRUCTIONS = """You are the Debater. Challenge the Defender's current answer.
+Read the task and the answer. Give 1 to 3 objections: point out possible mistakes, and you may propose
+fixes, methods or corrected values. Do not repeat earlier objections. If you have none, return an
+empty list."""
+
+HOST_INSTRUCTIONS = """You are the Host. Below is a debate about the task: the Defender's answer in
+every round (A0 is its first answer), the Debater's questions, and the Defender's replies, including
+any concrete error the Defender said it found.
+Decide the final answer. Do not simply take the last answer: prefer the answer best supported by
+correct step-by-step work. A change of answer is justified only by a concrete error that really is an
+error; check it yourself. Solve the task step by step in `reasoning`, then give the final answer in the
+output fields."""
+
+
+class Debater(dspy.Signature):
+    __doc__ = DEBATER_INSTRUCTIONS
+
+    task: str = dspy.InputField(desc="The original task, with all its inputs.")
+    current_answer: str = dspy.InputField(desc="The Defender's latest answer, with its reasoning.")
+    asked_questions: list[str] = dspy.InputField(desc="Questions already asked in earlier rounds.")
+    rejected: str = dspy.InputField(desc="Your earlier items that broke the rules and why, or 'none'.")
+    questions: list[str] = dspy.OutputField(desc="New questions, each a single question ending with '?'.")
+
+
+def _reasoning_field() -> tuple[type, dspy.OutputField]:
+    return (str, dspy.OutputField(desc="Step-by-step work: every step and intermediate calculation."))
+
+
+def defender_signature(signature: type[dspy.Signature]) -> type[dspy.Signature]:
+    """Round 0 (A0 = Defender(Q)): the user's signature with step-by-step reasoning first."""
+    return signature.with_instructions(
+        f"{DEFENDER_INSTRUCTIONS}\n\nThe task: {signature.instructions}"
+    ).prepend("reasoning", dspy.OutputField(desc="Step-by-step work: every step and intermediate calculation."), str)
+
+
+def revise_signature(signature: type[dspy.Signature]) -> type[dspy.Signature]:
+    """Round r ≥ 1: re-answer the original task given the previous answer and all questions so far."""
+    sig = signature.with_instructions(f"{REVISE_INSTRUCTIONS}\n\nThe task: {signature.instructions}")
+    sig = sig.append("previous_answer", dspy.InputField(desc="Your answer in the previous round."), str)
+    sig = sig.append(
+        "earlier_dialogue", dspy.InputField(desc="Earlier questions and your replies to them, or 'none'."), str
+    )
+    sig = sig.append("questions", dspy.InputField(desc="The Debater's new questions."), list[str])
+    # outputs, in order: replies, the error check, full re-solution, then the task's own outputs
+    sig = sig.prepend("reasoning", _reasoning_field()[1], str)
+    sig = sig.prepend(
+        "error", dspy.OutputField(desc="The concrete mistake found in your previous work, or 'none'."), str
+    )
+    sig = sig.prepend(
+        "error_found", dspy.OutputField(desc="True only if you found a concrete mistake you can name."), bool
+    )
+    sig = sig.prepend("responses", dspy.OutputField(desc="One reply per new question, in order."), list[str])
+    return sig
+
+
+def host_signature(signature: type[dspy.Signature]) -> type[dspy.Signature]:
+    """The Host: the user's inputs plus the whole role-tagged dialogue → reasoning and the outputs."""
+    sig = signature.with_instructions(f"{HOST_INSTRUCTIONS}\n\nThe task: {signature.instructions}")
+    sig = sig.append("dialogue", dspy.InputField(desc="The whole debate, role-tagged and by round."), str)
+    return sig.prepend("reasoning", _reasoning_field()[1], str)
