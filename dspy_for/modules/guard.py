@@ -10,7 +10,8 @@ Rules (each returns a short reason; an item may break several):
 ``proposes_answer``
     It states or suggests an answer: "the answer is", "should be", "shouldn't it be", "isn't it",
     "correct answer", "actually", "= 42", or it introduces a number that appears neither in the task
-    nor in the Defender's answer (a value the Defender did not use is a proposed value).
+    nor in the Defender's answer (a value the Defender did not use is a proposed value); references to
+    the work such as "step 2" or "line 3" are not values.
 ``proposes_fix``
     It prescribes a method or change: "you should", "you need to", "instead", "try", "I suggest",
     "let's", "rather than", "the right way", "you forgot to".
@@ -40,7 +41,7 @@ _ANSWER_PATTERNS = (
     r"\bthe (?:final |correct |right |real )?answer (?:is|should be|would be)\b",
     r"\bshould(?:n't| not)? (?:it |this |that |the \w+ )?(?:be|equal|have been)\b",
     r"\b(?:isn't|is not|wouldn't|would not) (?:it|that|this|the (?:answer|result|total)) (?:be |equal )?\d",
-    r"\bcorrect (?:answer|result|value|total) (?:is|of)\b",
+    r"\b(?:correct|right|real|true) (?:answer|result|value|total)\b",
     r"\bactually\b",
     r"=\s*-?\d",
     r"\bequals?\s+-?\d",
@@ -57,6 +58,8 @@ _FIX_PATTERNS = (
     r"\bwhy not\b",
 )
 _NUM_RE = re.compile(r"-?\d+(?:[.,]\d+)*")
+# "step 2", "line 3", "round 1": numbers that point at the work rather than propose a value
+_REFERENCE_RE = re.compile(r"\b(?:step|line|round|part|question|point|equation)\s*#?\d+\b", re.I)
 
 
 def numbers_in(text: str) -> set[str]:
@@ -86,7 +89,8 @@ def check_question(item: str, *, allowed_numbers: Iterable[str] = ()) -> list[st
     opener = re.sub(r"^\d+[.)]\s*", "", low)
     if any(opener == w or opener.startswith(w + " ") or opener.startswith(w + ",") for w in _IMPERATIVE_OPENERS):
         reasons.append("imperative")
-    new_numbers = numbers_in(text) - set(allowed_numbers)
+    body = re.sub(r"^\d+[.)]\s*", "", text)  # a list enumerator "1." is not a value
+    new_numbers = numbers_in(_REFERENCE_RE.sub(" ", body)) - set(allowed_numbers)
     if any(re.search(p, low) for p in _ANSWER_PATTERNS) or new_numbers:
         reasons.append("proposes_answer")
     if any(re.search(p, low) for p in _FIX_PATTERNS):

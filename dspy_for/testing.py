@@ -1,0 +1,92 @@
+"""Scripted LMs for deterministic tests of programs built with dspy-for (also useful in your own tests).
+
+:class:`ScriptedLM` answers each call with a function of the messages, like a real LM behind DSPy's
+adapters: it reports token usage (whitespace words), honours ``max_tokens`` (truncating and reporting
+``finish_reason="length"``), records every call, and works with :func:`dspy_for.track_usage` and,
+with ``cache=True``, with DSPy's cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
+from dspy.lm15 import Message, Response, TextPart, Usage
+from dspy.utils.dummies import DummyLM
+
+from dspy_for.lm.usage import UsageRecordingMixin
+
+__all__ = ["Responder", "ScriptedLM", "system_text", "user_text"]
+
+#: responder(messages, max_tokens) -> dict of output field values (formatted like a model would) or raw text
+Responder = Callable[[list[dict[str, Any]], "int | None"], "dict[str, Any] | str"]
+
+
+def system_text(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+
+
+def user_text(messages: list[dict[str, Any]]) -> str:
+    return str(messages[-1].get("content", "")) if messages else ""
+
+
+class _ScriptedEngine(DummyEngine):
+    complete_legacy = None  # use DSPy's canonical request path (the legacy shortcut is deprecated)
+
+    def complete(self, request: Any) -> Response:
+        msgs = []
+        if request.system is not None:
+            system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
+            msgs.append({"role": "system", "content": system})
+        msgs.extend({"role": m.role, "content": m.text or ""} for m in request.messages)
+        return self._respond(msgs, getattr(request.config, "max_tokens", None))
+
+    def _respond(self, messages: list[dict[str, Any]], max_tokens: int | None) -> Response:
+        owner: ScriptedLM = self.owner
+        owner.calls.append({"messages": messages, "max_tokens": max_tokens})
+        out = owner.responder(messages, max_tokens)
+        text = owner._format_answer_fields(out) if isinstance(out, dict) else str(out)
+        words = text.split(" ")
+        finish = "stop"
+        if max_tokens is not None and len(words) > max_tokens:
+            text, finish = " ".join(words[:max_tokens]), "length"
+            words = words[:max_tokens]
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        return Response(id=None, model="scripted", message=Message.assistant([TextPart(text)]),
+                        finish_reason=finish,
+                        usage=Usage(input_tokens=prompt_tokens, output_tokens=len(words),
+                                    total_tokens=prompt_tokens + len(words)))
+
+
+class _AsyncScriptedEngine(AsyncDummyEngine):
+    complete_legacy = None
+
+
+class ScriptedLM(UsageRecordingMixin, DummyLM):
+    """A deterministic LM driven by ``responder(messages, max_tokens)``.
+
+    Example::
+
+        lm = ScriptedLM(lambda msgs, max_tokens: {"reasoning": "2+2=4", "answer": "4"})
+    """
+
+    def __init__(self, responder: Responder, *, cache: bool = False, model: str = "scripted") -> None:
+        super().__init__([])
+        self.model = model
+        self.responder = responder
+        self.calls: list[dict[str, Any]] = []
+        self.cache = cache
+        self._cache_responses = cache
+        self._install_engine()
+
+    def _install_engine(self) -> None:
+        engine = _ScriptedEngine(self)
+        self._engine_spec = engine
+        self._async_engine_spec = _AsyncScriptedEngine(engine)
+
+    def copy(self, **kwargs: Any) -> ScriptedLM:
+        copied = super().copy(**kwargs)
+        copied.calls = self.calls  # copies share the call log, as they share the responder
+        copied._install_engine()
+        return copied

@@ -1,0 +1,233 @@
+from __future__ import annotations
+
+import asyncio
+import re
+
+import dspy
+import pytest
+from dspy.clients.cache import Cache
+
+from dspy_for import track_usage
+from dspy_for.errors import ConfigError
+from dspy_for.experiments import build_method
+from dspy_for.modules import FORPrompting
+from dspy_for.testing import ScriptedLM, system_text, user_text
+
+Q = "Tom has 3 boxes of 12 apples. How many apples?"
+
+
+def role_of(messages):
+    sys = system_text(messages)
+    if "You are the Host" in sys:
+        return "host"
+    if "You are the Debater" in sys:
+        return "debater"
+    if "asked questions about your previous answer" in sys:
+        return "revise"
+    return "defender"
+
+
+def make_responder(answers=(36, 36, 36, 36), questions=None, host_answer=36, log=None):
+    """Defender answers answers[r] in round r; Debater asks questions[r-1] (default: one good question)."""
+    state = {"revise": 0, "debater": 0}
+
+    def respond(messages, max_tokens):
+        r = role_of(messages)
+        if log is not None:
+            log.append(r)
+        if r == "defender":
+            return {"reasoning": "3 * 12 = 36", "answer": str(answers[0])}
+        if r == "debater":
+            state["debater"] += 1
+            qs = questions[state["debater"] - 1] if questions else [f"How did you get {answers[0]} in step {state['debater']}?"]
+            return {"questions": qs}
+        if r == "revise":
+            state["revise"] += 1
+            a = answers[min(state["revise"], len(answers) - 1)]
+            return {"responses": ["I re-checked 3 * 12."], "error_found": "False", "error": "none",
+                    "reasoning": "3 * 12 = 36", "answer": str(a)}
+        return {"reasoning": "weighing the rounds", "answer": str(host_answer)}
+
+    return respond
+
+
+def test_protocol_runs_n_rounds_and_returns_typed_outputs_and_trajectory():
+    log = []
+    lm = ScriptedLM(make_responder(log=log))
+    dspy.configure(lm=lm)
+    pred = FORPrompting("question -> answer: float", rounds=2)(question=Q)
+    assert log == ["defender", "debater", "revise", "debater", "revise", "host"]
+    assert pred.answer == 36.0 and isinstance(pred.answer, float)
+    assert pred.rounds_used == 2 and pred.role_collapse == 0
+    assert pred.answers_by_round == [{"answer": 36.0}] * 3
+    kinds = [(t["role"], t["type"], t["round"]) for t in pred.trajectory]
+    assert kinds == [("defender", "answer", 0), ("debater", "questions", 1), ("defender", "revision", 1),
+                     ("debater", "questions", 2), ("defender", "revision", 2), ("host", "synthesis", 2)]
+    assert set(pred.usage) == {"defender", "debater", "host", "total"}
+    assert pred.usage["defender"]["calls"] == 3 and pred.usage["total"]["calls"] == 6
+    assert all("usage" in t for t in pred.trajectory)
+    import json
+
+    json.dumps(pred.trajectory)  # JSON-serialisable
+
+
+def test_without_host_the_final_answer_is_a_n_and_defender_sees_questions():
+    lm = ScriptedLM(make_responder(answers=(36, 30, 40), host_answer=99))
+    dspy.configure(lm=lm)
+    pred = FORPrompting("question -> answer: float", rounds=2, host=False)(question=Q)
+    assert pred.answer == 40.0
+    assert [a["answer"] for a in pred.answers_by_round] == [36.0, 30.0, 40.0]
+    revise_prompts = [user_text(c["messages"]) for c in lm.calls if role_of(c["messages"]) == "revise"]
+    assert "step 1" in revise_prompts[0] and "step 2" in revise_prompts[1]
+    # round 2 carries the earlier question/response pair; the Defender never sees Host text
+    assert "[round 1] Q:" in revise_prompts[1]
+    assert not any("You are the Host" in user_text(c["messages"]) for c in lm.calls)
+
+
+def test_guard_reasks_once_with_the_reason_then_drops_offenders_and_counts_collapse():
+    questions = [["Shouldn't it be 48?", "Did you multiply 3 by 12?"],
+                 ["Use addition instead.", "Is 36 the total?"]]
+    lm = ScriptedLM(make_responder(questions=questions))
+    dspy.configure(lm=lm)
+    with dspy.context(trace=[]):
+        pred = FORPrompting("question -> answer: float", rounds=1, host=False)(question=Q)
+        trace = list(dspy.settings.trace)
+    debater_prompts = [user_text(c["messages"]) for c in lm.calls if role_of(c["messages"]) == "debater"]
+    assert len(debater_prompts) == 2
+    assert "proposes_answer" in debater_prompts[1]  # the re-ask names the reason
+    assert pred.role_collapse == 2
+    revision = next(t for t in pred.trajectory if t["type"] == "revision")
+    assert revision["round"] == 1
+    revise_prompt = next(user_text(c["messages"]) for c in lm.calls if role_of(c["messages"]) == "revise")
+    assert "Is 36 the total?" in revise_prompt and "Use addition" not in revise_prompt
+    # the rejected first attempt is not in the trace; the accepted retry is
+    debater_traces = [t for t in trace if "questions" in t[2]]
+    assert len(debater_traces) == 1 and debater_traces[0][2]["questions"] == questions[1]
+
+
+def test_guard_off_counts_but_keeps_violations():
+    lm = ScriptedLM(make_responder(questions=[["Shouldn't it be 48?"]]))
+    dspy.configure(lm=lm)
+    pred = FORPrompting("question -> answer: float", rounds=1, host=False, guard=False)(question=Q)
+    assert pred.role_collapse == 1
+    revise_prompt = next(user_text(c["messages"]) for c in lm.calls if role_of(c["messages"]) == "revise")
+    assert "Shouldn't it be 48?" in revise_prompt
+
+
+@pytest.mark.parametrize(("stop", "expected_rounds"), [("no_questions", 0), ("fixed", 0)])
+def test_no_questions(stop, expected_rounds):
+    lm = ScriptedLM(make_responder(questions=[[], [], []]))
+    dspy.configure(lm=lm)
+    pred = FORPrompting("question -> answer: float", rounds=3, host=False, stop=stop)(question=Q)
+    assert pred.rounds_used == expected_rounds
+    n_debater = sum(role_of(c["messages"]) == "debater" for c in lm.calls)
+    assert n_debater == (1 if stop == "no_questions" else 3)
+
+
+def test_stable_stop_and_token_budget():
+    lm = ScriptedLM(make_responder(answers=(36, 36, 36, 36)))
+    dspy.configure(lm=lm)
+    assert FORPrompting("question -> answer: float", rounds=3, host=False, stop="stable")(question=Q).rounds_used == 1
+    lm2 = ScriptedLM(make_responder(answers=(36, 30, 36, 30)))
+    dspy.configure(lm=lm2)
+    pred = FORPrompting("question -> answer: float", rounds=3, host=False, stop="stable", patience=1)(question=Q)
+    assert pred.rounds_used == 3
+    pred = FORPrompting("question -> answer: float", rounds=3, host=False, token_budget=1)(question=Q)
+    assert pred.rounds_used == 0
+
+
+def test_round_prompts_do_not_depend_on_n_so_prefix_runs_cost_only_the_host(monkeypatch):
+    monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=False, enable_memory_cache=True,
+                                             disk_cache_dir="", memory_max_entries=10_000))
+    lm = ScriptedLM(make_responder(), cache=True)
+    dspy.configure(lm=lm)
+    FORPrompting("question -> answer: float", rounds=3)(question=Q)
+    assert len(lm.calls) == 8
+    for n in (1, 2):
+        before = len(lm.calls)
+        with track_usage() as usage:
+            pred = FORPrompting("question -> answer: float", rounds=n)(question=Q)
+        new = [role_of(c["messages"]) for c in lm.calls[before:]]
+        assert new == ["host"], (n, new)
+        assert usage.total.cached_calls == 2 * n + 1 and pred.rounds_used == n
+
+
+def test_per_role_lms_get_only_their_role():
+    d, q, h = (ScriptedLM(make_responder()) for _ in range(3))
+    m = FORPrompting("question -> answer: float", rounds=1, defender_lm=d, debater_lm=q, host_lm=h)
+    m(question=Q)
+    assert {role_of(c["messages"]) for c in d.calls} == {"defender", "revise"}
+    assert {role_of(c["messages"]) for c in q.calls} == {"debater"}
+    assert {role_of(c["messages"]) for c in h.calls} == {"host"}
+    assert [n for n, _ in m.named_predictors()] == ["defender", "revise", "debater", "host"]
+
+
+def test_works_inside_refine_bestofn_parallel_and_evaluate_with_per_role_lms():
+    d, q, h = (ScriptedLM(make_responder(), model=name) for name in ("d-model", "q-model", "h-model"))
+    m = FORPrompting("question -> answer: float", rounds=1, defender_lm=d, debater_lm=q, host_lm=h)
+    assert m.get_lm() is d
+    refine = dspy.Refine(m, N=2, reward_fn=lambda args, pred: float(pred.answer == 36.0), threshold=1.0)
+    best = dspy.BestOfN(m, N=2, reward_fn=lambda args, pred: 1.0, threshold=1.0)
+    with track_usage() as usage:
+        assert refine(question=Q).answer == 36.0
+        assert best(question=Q).answer == 36.0
+    # inside the wrappers every role still ran on (a rollout copy of) its own LM
+    models = {(c.role, c.model) for c in usage.calls}
+    assert models == {("defender", "d-model"), ("debater", "q-model"), ("host", "h-model")}
+    outs = dspy.Parallel(num_threads=2)([(m, dspy.Example(question=Q).with_inputs("question"))] * 2)
+    assert [o.answer for o in outs] == [36.0, 36.0]
+    dev = [dspy.Example(question=Q, answer=36.0).with_inputs("question")] * 3
+    result = dspy.Evaluate(devset=dev, metric=lambda e, p, t=None: p.answer == e.answer, num_threads=2)(m)
+    assert result.score == 100.0
+
+
+def test_bootstrap_fewshot_compiles_and_save_load_roundtrips(tmp_path):
+    lm = ScriptedLM(make_responder())
+    dspy.configure(lm=lm)
+    train = [dspy.Example(question=Q, answer=36.0).with_inputs("question")] * 2
+    student = FORPrompting("question -> answer: float", rounds=1)
+    compiled = dspy.BootstrapFewShot(metric=lambda e, p, t=None: p.answer == e.answer,
+                                     max_bootstrapped_demos=1, max_labeled_demos=0).compile(student, trainset=train)
+    assert all(len(p.demos) == 1 for _, p in compiled.named_predictors())
+    assert all(len(p.demos) == 0 for _, p in student.named_predictors())
+    path = tmp_path / "for.json"
+    compiled.save(str(path))
+    loaded = FORPrompting("question -> answer: float", rounds=1)
+    loaded.load(str(path))
+    assert [len(p.demos) for _, p in loaded.named_predictors()] == [1, 1, 1, 1]
+    assert loaded(question=Q).answer == 36.0
+
+
+def test_class_signature_and_aforward():
+    class Math(dspy.Signature):
+        """Solve the math word problem."""
+
+        question: str = dspy.InputField()
+        answer: float = dspy.OutputField()
+
+    lm = ScriptedLM(make_responder())
+    dspy.configure(lm=lm)
+    pred = asyncio.run(FORPrompting(Math, rounds=1).acall(question=Q))
+    assert pred.answer == 36.0 and pred.rounds_used == 1
+    assert "Solve the math word problem." in system_text(lm.calls[0]["messages"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"rounds": -1}, "`rounds`"), ({"stop": "never"}, "`stop`"), ({"patience": 0}, "`patience`"),
+     ({"token_budget": 0}, "`token_budget`"), ({"debater_mode": "angry"}, "`debater_mode`")],
+)
+def test_bad_options_are_clear_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        FORPrompting("question -> answer", **kwargs)
+
+
+def test_registered_method_builds_with_role_lms():
+    d = ScriptedLM(make_responder())
+    m = build_method("for", "question -> answer: float", lm=d, role_lms={"host": ScriptedLM(make_responder())},
+                     rounds=2, host=False)
+    assert isinstance(m, FORPrompting) and m.rounds == 2 and m.defender.lm is d and m.host.lm is not d
+    with pytest.raises(ConfigError, match="Unknown option `round`"):
+        build_method("for", "question -> answer", round=2)
+    with pytest.raises(ConfigError, match="no role `judge`"):
+        build_method("for", "question -> answer", role_lms={"judge": d})
