@@ -141,3 +141,38 @@ register_method(
                   "debater_mode": "questions", "guard": True},
     )
 )
+
+
+def _sc_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
+    from dspy_for.modules.self_consistency import SelfConsistency
+
+    return _with_lm(SelfConsistency(sig, **options), lms["task"])
+
+
+def _answer_parses(args: Mapping[str, Any], pred: dspy.Prediction) -> float:
+    """Label-free reward for dspy.Refine: 1.0 when the first output field is present and non-empty."""
+    value = next(iter(pred.values()), None) if hasattr(pred, "values") else None
+    return float(value is not None and str(value).strip() not in ("", "None"))
+
+
+def _refine_factory(sig: Any, lms: Mapping[str, Any], *, N: int, threshold: float) -> dspy.Module:
+    return _with_lm(dspy.Refine(dspy.ChainOfThought(sig), N=N, reward_fn=_answer_parses, threshold=threshold),
+                    lms["task"])
+
+
+register_method(
+    MethodSpec(
+        name="self_consistency",
+        description="Self-consistency: k sampled CoT answers (temperature > 0), majority vote.",
+        factory=_sc_factory,
+        defaults={"k": 5, "temperature": 0.7},
+    )
+)
+register_method(
+    MethodSpec(
+        name="refine",
+        description="dspy.Refine over CoT: up to N attempts with feedback until a label-free reward is met.",
+        factory=_refine_factory,
+        defaults={"N": 3, "threshold": 1.0},
+    )
+)

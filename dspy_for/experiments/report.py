@@ -1,0 +1,136 @@
+"""The comparison table (accuracy ± 95% CI, Δ vs baseline with the paired test's p-value, cost) and plots."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dspy_for.stats import mean_with_ci, paired_comparison
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.compare import ComparisonResult
+
+__all__ = ["figures", "rich_tables", "round_accuracy", "summary_rows", "table_text"]
+
+
+def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
+    rows = []
+    baseline = result.spec.baseline
+    for dataset, by_label in result.results.items():
+        base = by_label.get(baseline or "")
+        for label, r in by_label.items():
+            acc, lo, hi = mean_with_ci(r.scores)
+            row: dict[str, Any] = {
+                "dataset": dataset, "method": label, "n": r.n, "accuracy": acc, "ci_low": lo, "ci_high": hi,
+                "tokens_per_item": r.tokens_per_item, "calls_per_item": r.calls_per_item,
+                "wall_time": r.wall_time, "failed": r.n_failed, "delta": None, "p_value": None,
+            }
+            if base is not None and label != baseline and base.n == r.n:
+                paired = paired_comparison(r.scores, base.scores)
+                row.update(delta=paired.diff, delta_low=paired.low, delta_high=paired.high, p_value=paired.p_value)
+            rows.append(row)
+        for label, err in result.errors.get(dataset, {}).items():
+            rows.append({"dataset": dataset, "method": label, "error": err})
+    return rows
+
+
+def _fmt_row(row: dict[str, Any], baseline: str | None) -> list[str]:
+    if "error" in row:
+        return [row["method"], "FAILED", "", "", "", "", row["error"][:60]]
+    acc = f"{row['accuracy']:.1%} [{row['ci_low']:.1%}, {row['ci_high']:.1%}]"
+    if row["method"] == baseline:
+        delta = "(baseline)"
+    elif row["delta"] is None:
+        delta = "-"
+    else:
+        delta = f"{row['delta']:+.1%} (p={row['p_value']:.3f})"
+    failed = f"{row['failed']} failed" if row["failed"] else ""
+    return [row["method"], f"{row['n']}", acc, delta, f"{row['tokens_per_item']:.0f}",
+            f"{row['calls_per_item']:.1f}", f"{row['wall_time']:.0f}s {failed}".strip()]
+
+
+_HEADER = ["method", "n", "accuracy ± 95% CI", "Δ vs baseline (paired p)", "tokens/item", "calls/item", "time"]
+
+
+def table_text(result: ComparisonResult) -> str:
+    out = []
+    for dataset in result.results:
+        rows = [_fmt_row(r, result.spec.baseline) for r in result.rows if r["dataset"] == dataset]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(_HEADER)]
+        out.append(f"== {dataset} ==")
+        out.append("  ".join(h.ljust(w) for h, w in zip(_HEADER, widths, strict=True)))
+        out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(out)
+
+
+def rich_tables(result: ComparisonResult) -> list[Any]:
+    from rich.table import Table
+
+    tables = []
+    for dataset in result.results:
+        t = Table(title=f"{dataset} — baseline: {result.spec.baseline}")
+        for h in _HEADER:
+            t.add_column(h, justify="left" if h == "method" else "right")
+        for r in result.rows:
+            if r["dataset"] == dataset:
+                t.add_row(*_fmt_row(r, result.spec.baseline))
+        tables.append(t)
+    return tables
+
+
+def round_accuracy(items: list[Any], metric: Any) -> list[tuple[float, float, float]]:
+    """Accuracy (with CI) of every prefix A_0..A_N from one FOR run's ``answers_by_round``."""
+    import dspy
+
+    rounds = max((len(i.answers_by_round or []) for i in items), default=0)
+    out = []
+    for k in range(rounds):
+        scores = []
+        for it in items:
+            answers = it.answers_by_round or [{}]
+            pred = dspy.Prediction(**answers[min(k, len(answers) - 1)])
+            scores.append(float(metric(dspy.Example(answer=it.gold), pred)))
+        out.append(mean_with_ci(scores))
+    return out
+
+
+def figures(result: ComparisonResult) -> dict[str, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dspy_for.metrics import metric_for
+
+    figs: dict[str, Any] = {}
+    for dataset, by_label in result.results.items():
+        if not by_label:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, r in by_label.items():
+            acc, lo, hi = mean_with_ci(r.scores)
+            ax.errorbar([r.tokens_per_item], [acc], yerr=[[acc - lo], [hi - acc]], fmt="o", capsize=4, label=label)
+            ax.annotate(label, (r.tokens_per_item, acc), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.set_xlabel("tokens per item (prompt + completion, cold-cache cost)")
+        ax.set_ylabel("accuracy (95% CI)")
+        ax.set_title(f"Cost / accuracy on {dataset}")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+        figs[f"frontier_{dataset}.png"] = fig
+        metric = metric_for(dataset)
+        for label, r in by_label.items():
+            if not any(i.answers_by_round for i in r.items):
+                continue
+            acc = round_accuracy(r.items, metric)
+            fig2, ax2 = plt.subplots(figsize=(5, 3.5))
+            xs = list(range(len(acc)))
+            ax2.errorbar(xs, [a for a, _, _ in acc], yerr=[[a - lo for a, lo, _ in acc], [hi - a for a, _, hi in acc]],
+                         fmt="-o", capsize=4, label="Defender A_r (no Host)")
+            final = mean_with_ci(r.scores)[0]
+            ax2.axhline(final, color="gray", linestyle="--", label=f"{label} final")
+            ax2.set_xticks(xs, [f"A{x}" for x in xs])
+            ax2.set_ylabel("accuracy (95% CI)")
+            ax2.set_ylim(-0.05, 1.05)
+            ax2.set_title(f"{label}: accuracy by round on {dataset}")
+            ax2.legend(fontsize=8)
+            figs[f"rounds_{label}_{dataset}.png"] = fig2
+    return figs

@@ -1,0 +1,74 @@
+"""FOR-Prompting measurement (issue 4): single vs CoT vs FOR (N = 1, 3; with and without Host).
+
+One FOR N = 3 run gives every no-Host prefix A_0..A_3 through ``answers_by_round``; the N = 1 run with a
+Host then costs only Host calls (the DSPy cache serves its rounds). Per-item results are appended to
+JSONL files, so a killed run resumes where it stopped.
+
+    python experiments/for_measure.py --lm local/qwen2.5-coder-1.5b --first 50 \
+        --data-dir ../shared/datasets --out experiments/results/for
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import dspy
+
+from dspy_for import make_lm
+from dspy_for.datasets import load_dataset
+from dspy_for.experiments.methods import build_method
+from dspy_for.experiments.report import round_accuracy
+from dspy_for.experiments.runner import evaluate_method
+from dspy_for.metrics import numeric_match
+from dspy_for.stats import mean_with_ci
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lm", default="local/qwen2.5-coder-1.5b")
+    ap.add_argument("--dataset", default="gsm8k")
+    ap.add_argument("--split", default="val")
+    ap.add_argument("--first", type=int, default=50, help="the first N items of the split")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--max-tokens", type=int, default=1024)
+    ap.add_argument("--out", default="experiments/results/for")
+    ap.add_argument("--guard", choices=["on", "off"], default="on")
+    args = ap.parse_args()
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    examples = load_dataset(args.dataset, args.split, data_dir=args.data_dir)[: args.first]
+    lm = make_lm(args.lm, max_tokens=args.max_tokens)
+    dspy.configure(lm=lm)
+    sig = "question -> answer: float"
+    guard = args.guard == "on"
+    runs = {
+        "single": build_method("single", sig),
+        "cot": build_method("cot", sig),
+        f"for_n3_host{'' if guard else '_noguard'}": build_method("for", sig, rounds=3, host=True, guard=guard),
+        f"for_n1_host{'' if guard else '_noguard'}": build_method("for", sig, rounds=1, host=True, guard=guard),
+    }
+    rows = []
+    for label, program in runs.items():
+        r = evaluate_method(program, examples, metric=numeric_match, results_path=out / f"{label}.jsonl", desc=label)
+        acc, lo, hi = mean_with_ci(r.scores)
+        rows.append({"method": label, "n": r.n, "acc": acc, "lo": lo, "hi": hi,
+                     "tokens_per_item": r.tokens_per_item, "calls_per_item": r.calls_per_item,
+                     "failed": r.n_failed, **{f"mean_{k}": v for k, v in r.stats_mean.items()}})
+        if label.startswith("for_n3"):
+            for k, (a, lo2, hi2) in enumerate(round_accuracy(r.items, numeric_match)):
+                rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": a, "lo": lo2,
+                             "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed})
+    (out / "summary.json").write_text(json.dumps(rows, indent=2))
+    print(f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s}")
+    for row in rows:
+        tok = f"{row['tokens_per_item']:.0f}" if row["tokens_per_item"] is not None else "-"
+        calls = f"{row['calls_per_item']:.1f}" if row["calls_per_item"] is not None else "-"
+        ci = f"[{row['lo']:5.1%}, {row['hi']:5.1%}]"
+        print(f"{row['method']:38s} {row['n']:3d} {row['acc']:6.1%} {ci} {tok:>9s} {calls:>6s}")
+
+
+if __name__ == "__main__":
+    main()
