@@ -176,3 +176,21 @@ register_method(
         defaults={"N": 3, "threshold": 1.0},
     )
 )
+
+
+def _prorefine_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
+    from dspy_for.modules import ProRefine
+
+    return ProRefine(sig, task_lm=lms["task"], feedback_lm=lms["feedback"], optimizer_lm=lms["optimizer"],
+                     verifier_lm=lms["verifier"], **options)
+
+
+register_method(
+    MethodSpec(
+        name="prorefine",
+        description="ProRefine: i*k tokens per step, feedback critique, optimizer rewrites the prompt; verifier.",
+        factory=_prorefine_factory,
+        roles=("task", "feedback", "optimizer", "verifier"),
+        defaults={"k": 10, "n": 25, "verifier": "none", "history": "stateless", "task_module": "cot"},
+    )
+)

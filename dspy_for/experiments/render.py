@@ -65,7 +65,8 @@ def _render_prorefine(console: Console, pred: Any) -> None:
             body += f"\n[bold]prompt diff:[/]\n{diff}"
         console.print(Panel(body, title=f"step {step.get('step')}"))
         previous = prompt
-    console.print(f"refined: {pred.get('stats', {}).get('refined')}, steps used: {pred.get('stats', {}).get('steps_used')}")
+    stats = pred.get("stats") or {}
+    console.print(f"refined: {stats.get('refined')}, steps used: {stats.get('steps_used')}")
     if pred.get("refined_prompt"):
         console.print(Panel(str(pred.get("refined_prompt")), title="refined prompt p*"))
 

@@ -1,0 +1,230 @@
+"""ProRefine (arXiv 2506.05305) as a DSPy module: inference-time prompt refinement.
+
+Algorithm 1 of the paper (regenerating from scratch each step, as the official code does)::
+
+    p* = p
+    for i = 1..n:
+        o_i = LLM_task(p*, q)  generating i·k tokens
+        f_i = LLM_feedback(q, o_i)
+        p*  = LLM_optimizer(p*, f_i)
+        stop if o_i ended with end-of-sequence
+    return p*
+
+The final outputs come from the task LM with p* at full length (reusing o_i when it already ended with
+end-of-sequence). An optional verifier gates refinement: ``"llm"`` asks a judge LM whether the initial
+answer is correct (no labels); ``"oracle"`` uses the metric against the gold label (an upper bound,
+marked ``label_using``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+import dspy
+from dspy.signatures.signature import ensure_signature
+
+from dspy_for.errors import ConfigError
+from dspy_for.lm.usage import role, track_usage
+from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
+
+__all__ = ["ProRefine", "export_program"]
+
+
+def _leaks_problem(proposed: str, prompt: str, task: str) -> bool:
+    """A task prompt must stay general: reject a rewrite that copies numbers of this problem into it
+    (small optimizer LMs tend to paste the problem or its answer into the prompt)."""
+    from dspy_for.modules.guard import numbers_in
+
+    return bool((numbers_in(proposed) & numbers_in(task)) - numbers_in(prompt))
+
+
+def export_program(signature: str | type[dspy.Signature], prompt: str, kind: Literal["cot", "predict"] = "cot"
+                   ) -> dspy.Module:
+    """A reusable program whose instruction is a refined prompt."""
+    sig = ensure_signature(signature).with_instructions(prompt)
+    return dspy.ChainOfThought(sig) if kind == "cot" else dspy.Predict(sig)
+
+
+class ProRefine(dspy.Module):
+    """Inference-time prompt refinement with task, feedback, optimizer and verifier roles.
+
+    Args:
+        signature: any DSPy signature; its instruction is the initial prompt p.
+        k: tokens added per step (step i generates at most i·k tokens).
+        n: maximum number of steps.
+        verifier: ``"none"`` (always refine), ``"llm"`` (refine only if the verifier LM judges the initial
+            answer wrong) or ``"oracle"`` (refine only if the metric says it is wrong; needs ``gold=``).
+        history: ``"stateless"`` (paper default) or ``"chat"`` (the optimizer sees all earlier prompts and
+            feedback).
+        task_module: ``"cot"`` (reasoning then outputs) or ``"predict"``.
+        metric: the oracle's metric ``(example, prediction) -> bool`` (default: numeric answer match).
+        task_lm, feedback_lm, optimizer_lm, verifier_lm: per-role LMs (default: the configured LM).
+    """
+
+    def __init__(
+        self,
+        signature: str | type[dspy.Signature],
+        k: int = 10,
+        n: int = 25,
+        verifier: Literal["none", "llm", "oracle"] = "none",
+        history: Literal["stateless", "chat"] = "stateless",
+        *,
+        task_module: Literal["cot", "predict"] = "cot",
+        metric: Any = None,
+        task_lm: Any = None,
+        feedback_lm: Any = None,
+        optimizer_lm: Any = None,
+        verifier_lm: Any = None,
+    ) -> None:
+        super().__init__()
+        from dspy_for.lm import resolve_lm
+
+        for name, value in (("k", k), ("n", n)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
+        if verifier not in ("none", "llm", "oracle"):
+            raise ConfigError(f"`verifier` must be 'none', 'llm' or 'oracle', got {verifier!r}.")
+        if history not in ("stateless", "chat"):
+            raise ConfigError(f"`history` must be 'stateless' or 'chat', got {history!r}.")
+        if task_module not in ("cot", "predict"):
+            raise ConfigError(f"`task_module` must be 'cot' or 'predict', got {task_module!r}.")
+        self.signature = ensure_signature(signature)
+        self.k, self.n, self.verifier_mode, self.history_mode = k, n, verifier, history
+        self.task_module = task_module
+        self.uses_labels = verifier == "oracle"
+        if metric is None:
+            from dspy_for.metrics import numeric_match
+
+            metric = numeric_match
+        self.metric = metric
+        task_sig = self.signature
+        if task_module == "cot":
+            task_sig = task_sig.prepend(
+                "reasoning", dspy.OutputField(desc="Step-by-step work: every step and calculation."), str
+            )
+        self.task = dspy.Predict(task_sig)
+        self.feedback = dspy.Predict(Feedback)
+        self.optimizer = dspy.Predict(Optimizer)
+        self.verifier = dspy.Predict(Verifier)
+        self.task.lm, self.feedback.lm = resolve_lm(task_lm), resolve_lm(feedback_lm)
+        self.optimizer.lm, self.verifier.lm = resolve_lm(optimizer_lm), resolve_lm(verifier_lm)
+
+    # ---------------------------------------------------------------------------------------- steps
+
+    def _task_lm(self) -> Any:
+        lm = self.task.lm or dspy.settings.lm
+        if lm is None:
+            raise ConfigError("No LM for the `task` role: pass `task_lm=` or call dspy.configure(lm=...).")
+        return lm
+
+    def _generate(self, prompt: str, inputs: dict[str, Any], max_tokens: int | None) -> dict[str, Any]:
+        """One task-LM call in the exact message format of the final answer, capped at ``max_tokens``."""
+        adapter = dspy.settings.adapter or dspy.ChatAdapter()
+        sig = self.task.signature.with_instructions(prompt)
+        messages = adapter.format(sig, self.task.demos, inputs)
+        lm = self._task_lm()
+        kwargs = {"max_tokens": max_tokens} if max_tokens else {}
+        with track_usage() as usage, role("task"):
+            try:  # the adapter's own door for formatted messages (no deprecation warning)
+                from dspy.clients._deprecation import adapter_message_call
+            except ImportError:  # pragma: no cover - older DSPy
+                outputs = lm(messages=messages, **kwargs)
+            else:
+                with adapter_message_call(lm, messages):
+                    outputs = lm(messages=messages, **kwargs)
+        first = outputs[0] if outputs else ""
+        text = first.get("text", "") if isinstance(first, dict) else str(first)
+        call = usage.calls[-1] if usage.calls else None
+        tokens = call.completion_tokens if call else len(text.split())
+        reason = call.finish_reason if call else None
+        # end-of-sequence: the server says "stop" AND the cap was not reached (some servers misreport)
+        eos = reason == "stop" and (max_tokens is None or tokens < max_tokens)
+        return {"text": text, "finish_reason": reason, "completion_tokens": tokens, "eos": eos,
+                "messages_signature": sig}
+
+    def _parse(self, sig: type[dspy.Signature], text: str, prompt: str, inputs: dict[str, Any]) -> dspy.Prediction:
+        adapter = dspy.settings.adapter or dspy.ChatAdapter()
+        try:
+            return dspy.Prediction(**adapter.parse(sig, text))
+        except Exception:  # unparseable final text: ask the task predictor with p* at full length
+            return self._full(prompt, inputs)
+
+    def _full(self, prompt: str, inputs: dict[str, Any]) -> dspy.Prediction:
+        """The task predictor at full length with instruction ``prompt`` (a per-call signature: no mutation)."""
+        with role("task"):
+            return self.task(**inputs, signature=self.task.signature.with_instructions(prompt))
+
+    def _task_text(self, inputs: dict[str, Any]) -> str:
+        return "\n".join(f"{name}: {inputs.get(name)}" for name in self.signature.input_fields)
+
+    # -------------------------------------------------------------------------------------- forward
+
+    def forward(self, gold: dspy.Example | None = None, **inputs: Any) -> dspy.Prediction:
+        if self.verifier_mode == "oracle" and gold is None:
+            raise ConfigError(
+                "`verifier='oracle'` uses the gold label: pass `gold=<dspy.Example>` (comparisons do this for "
+                "label-using methods), or use `verifier='llm'` / `'none'`."
+            )
+        outputs = list(self.signature.output_fields)
+        prompt = self.signature.instructions
+        with track_usage() as usage:
+            steps: list[dict[str, Any]] = []
+            refine = True
+            initial = None
+            if self.verifier_mode != "none":
+                initial = self._full(prompt, inputs)
+                if self.verifier_mode == "oracle":
+                    refine = not bool(self.metric(gold, initial))
+                else:
+                    answer = "\n".join(f"{f}: {initial.get(f)}" for f in ("reasoning", *outputs) if f in initial)
+                    with role("verifier"):
+                        refine = not bool(self.verifier(task=self._task_text(inputs), answer=answer).correct)
+            final = initial
+            if refine:
+                last: dict[str, Any] | None = None
+                for i in range(1, self.n + 1):
+                    last = self._generate(prompt, inputs, i * self.k)
+                    with role("feedback"):
+                        fb = self.feedback(task=self._task_text(inputs), prompt=prompt, partial_output=last["text"])
+                    history = "none"
+                    if self.history_mode == "chat" and steps:
+                        history = "\n\n".join(f"prompt {s['step']}: {s['prompt']}\nfeedback: {s['feedback']}"
+                                              for s in steps)
+                    with role("optimizer"):
+                        proposed = str(self.optimizer(prompt=prompt, feedback=str(fb.feedback),
+                                                      history=history).improved_prompt).strip()
+                    leaked = _leaks_problem(proposed, prompt, self._task_text(inputs))
+                    new_prompt = prompt if (leaked or not proposed) else proposed
+                    steps.append({"step": i, "prompt": prompt, "max_tokens": i * self.k, "output": last["text"],
+                                  "finish_reason": last["finish_reason"],
+                                  "completion_tokens": last["completion_tokens"],
+                                  "eos": last["eos"], "feedback": str(fb.feedback),
+                                  "is_correct": bool(fb.is_correct), "new_prompt": new_prompt,
+                                  "rejected_prompt": proposed if new_prompt != proposed else None})
+                    prompt = new_prompt
+                    if last["eos"]:
+                        break
+                if last is not None and last["eos"]:
+                    final = self._parse(last["messages_signature"], last["text"], prompt, inputs)
+                else:
+                    final = self._full(prompt, inputs)
+        values = {f: final.get(f) for f in ("reasoning", *outputs) if f in final}
+        return dspy.Prediction(
+            **values,
+            refined_prompt=prompt,
+            trajectory=steps,
+            usage=usage.to_dict(),
+            stats={"steps_used": float(len(steps)), "refined": float(refine),
+                   "label_using": float(self.verifier_mode == "oracle")},
+        )
+
+    async def aforward(self, gold: dspy.Example | None = None, **inputs: Any) -> dspy.Prediction:
+        # the loop is sequential by nature; run it in a worker thread (DSPy's context is copied)
+        return await asyncio.to_thread(self.forward, gold=gold, **inputs)
+
+    def export(self, prediction_or_prompt: dspy.Prediction | str, kind: Literal["cot", "predict"] = "cot"
+               ) -> dspy.Module:
+        """A reusable ``ChainOfThought``/``Predict`` whose instruction is the refined prompt p*."""
+        prompt = prediction_or_prompt if isinstance(prediction_or_prompt, str) else prediction_or_prompt.refined_prompt
+        return export_program(self.signature, prompt, kind)
