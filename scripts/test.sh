@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up (with the test model, qwen2.5-coder-0.5b) and run the whole test suite: unit tests with
+# scripted LMs plus the `llm`-marked integration tests against a real local llama.cpp server.
+# Extra arguments go to pytest, e.g.  bash scripts/test.sh -m "not llm"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${DSPY_FOR_TEST_MODEL:-qwen2.5-coder-0.5b} EXTRAS=${EXTRAS:-local,dev,postgres} bash scripts/setup.sh
+export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+set +e
+.venv/bin/python -m pytest "$@"
+code=$?
+set -e
+if [ "$code" -eq 5 ]; then
+  echo "pytest collected no tests" >&2
+  exit 1
+fi
+exit "$code"
