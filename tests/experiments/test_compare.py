@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dspy
+import pytest
+
+import dspy_for.experiments.compare as compare_mod
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.compare import compare
+from dspy_for.experiments.report import table_text
+from dspy_for.experiments.spec import load_spec
+from dspy_for.testing import ScriptedLM, system_text
+
+SECRET = "sk-test-THIS-IS-A-FAKE-KEY-1234567890"
+
+
+def responder(messages, max_tokens):
+    sys_text = system_text(messages)
+    if "You are the Debater" in sys_text:
+        return {"questions": ["How did you get 27?"]}
+    if "asked questions about your previous answer" in sys_text:
+        return {"responses": ["I re-checked."], "error_found": "False", "error": "none", "reasoning": "36 - 9 = 27",
+                "answer": "27"}
+    return {"reasoning": "3 * 12 = 36; 36 - 9 = 27", "answer": "27"}
+
+
+CONFIG = """
+experiment = "test"
+lm = "openai/fake-model"
+baseline = "cot"
+[[datasets]]
+name = "gsm8k"
+split = "sample"
+first = 4
+[[methods]]
+name = "single"
+[[methods]]
+name = "cot"
+[[methods]]
+name = "for"
+label = "for_n1"
+options = { rounds = 1 }
+"""
+
+
+@pytest.fixture
+def scripted(monkeypatch, tmp_path):
+    """Every LM the comparison builds is one scripted LM (with its DSPy cache on, in a temp dir)."""
+    from dspy.clients.cache import Cache
+
+    monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="",
+                                             memory_max_entries=10_000))
+    lm = ScriptedLM(responder, cache=True)
+    built = []
+
+    def fake_make_lm(spec, **options):
+        built.append((spec, options))
+        return lm
+
+    monkeypatch.setattr(compare_mod, "make_lm", fake_make_lm)
+    monkeypatch.chdir(tmp_path)
+    return lm
+
+
+def _write(tmp_path: Path, text: str = CONFIG) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_end_to_end_into_a_temporary_tracking_store(scripted, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result = compare(_write(tmp_path), tracking_uri=uri)
+    assert set(result.results["gsm8k"]) == {"single", "cot", "for_n1"}
+    assert result.results["gsm8k"]["cot"].accuracy == 0.25  # only the first sample problem's answer is 27
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("test")
+    runs = client.search_runs([exp.experiment_id])
+    parent = [r for r in runs if r.data.tags.get("dspy_for.kind") == "comparison"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
+    assert len(parent) == 1 and len(children) == 3
+    by_label = {r.data.params["label"]: r for r in children}
+    for_run = by_label["for_n1"]
+    assert for_run.data.params["dataset"] == "gsm8k" and for_run.data.params["n"] == "4"
+    assert for_run.data.params["source"] == "bundled sample" and "data_hash" in for_run.data.params
+    assert for_run.data.metrics["accuracy"] == 0.25 and "accuracy_ci_high" in for_run.data.metrics
+    assert for_run.data.metrics["calls_per_item.debater"] == 1.0 and "mean.rounds_used" in for_run.data.metrics
+    assert "tokens_per_item.defender.spent" in for_run.data.metrics
+    arts = {a.path for a in client.list_artifacts(for_run.info.run_id)}
+    assert {"items.jsonl", "trajectories.jsonl", "for_n1.program.json"} <= arts
+    parent_arts = {a.path for a in client.list_artifacts(parent[0].info.run_id)}
+    assert {"summary.jsonl", "summary.txt", "frontier_gsm8k.png", "rounds_for_n1_gsm8k.png"} <= parent_arts
+    assert "version.dspy" in parent[0].data.params and "git_commit" in parent[0].data.params
+    text = table_text(result)
+    assert "for_n1" in text and "(baseline)" in text and "p=" in text
+
+
+def test_rerun_makes_no_new_lm_calls_and_gives_the_same_table(scripted, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    first = compare(_write(tmp_path), tracking_uri=uri)
+    calls = len(scripted.calls)
+    second = compare(_write(tmp_path), tracking_uri=uri)
+    assert len(scripted.calls) == calls
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_time"} for r in rows]  # noqa: E731
+    assert strip(first.rows) == strip(second.rows)
+
+
+def test_killed_run_resumes_without_redoing_finished_items(scripted, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    spec = load_spec(_write(tmp_path), tracking_uri=uri)
+    compare(spec)
+    run_dir = next((tmp_path / "mlruns" / "compare").iterdir())
+    lines = (run_dir / "gsm8k" / "for_n1.jsonl").read_text().splitlines()
+    (run_dir / "gsm8k" / "for_n1.jsonl").write_text("\n".join(lines[:2]) + "\n{\"torn")  # killed mid-write
+    from dspy.clients.cache import Cache
+
+    dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10)
+    before = len(scripted.calls)
+    result = compare(spec)
+    new_calls = len(scripted.calls) - before
+    assert new_calls == 2 * 4  # two FOR items redone (4 calls each), nothing else
+    assert result.results["gsm8k"]["for_n1"].n == 4
+
+
+def test_one_failing_method_leaves_the_others_logged(scripted, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    real_build = compare_mod.build_method
+
+    def build(name, *a, **k):
+        if name == "single":
+            raise RuntimeError("boom")
+        return real_build(name, *a, **k)
+
+    monkeypatch.setattr(compare_mod, "build_method", build)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result = compare(_write(tmp_path), tracking_uri=uri)
+    assert "boom" in result.errors["gsm8k"]["single"] and set(result.results["gsm8k"]) == {"cot", "for_n1"}
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("test").experiment_id])
+    statuses = sorted(r.info.status for r in runs)
+    assert statuses == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
+    assert any("FAILED" in r["method"] or "error" in r for r in result.rows)
+
+
+def test_failing_items_are_counted_not_fatal(scripted, tmp_path):
+    def flaky(messages, max_tokens):
+        if "Tom reads" in str(messages[-1]["content"]):
+            raise RuntimeError("server hiccup")
+        return responder(messages, max_tokens)
+
+    scripted.responder = flaky
+    cfg = CONFIG.replace("first = 4", "first = 4").replace('[[methods]]\nname = "single"\n', "")
+    result = compare(_write(tmp_path, cfg), tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    cot = result.results["gsm8k"]["cot"]
+    assert cot.n == 4 and cot.n_failed == 1 and "hiccup" in next(i.error for i in cot.items if i.error)
+
+
+def test_secrets_never_reach_the_tracking_directory(scripted, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    cfg = CONFIG.replace('lm = "openai/fake-model"', f'lm = "openai/fake-model"\nrole_lms = {{ host = "openai/{SECRET}" }}')
+    compare(_write(tmp_path, cfg), tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    hits = []
+    for path in (tmp_path / "mlruns").rglob("*"):
+        if path.is_file() and SECRET.encode() in path.read_bytes():
+            hits.append(path)
+    assert hits == []
+
+
+def test_spec_validation_errors_are_clear(tmp_path):
+    with pytest.raises(ConfigError, match="Unknown key `lm_spec`"):
+        load_spec(_write(tmp_path, 'lm_spec = "x"\n'))
+    with pytest.raises(ConfigError, match="Unknown option `rounds`"):
+        load_spec(_write(tmp_path, CONFIG + '[[methods]]\nname = "cot"\nlabel = "x"\noptions = { rounds = 2 }\n'))
+    with pytest.raises(ConfigError, match="used twice"):
+        load_spec(_write(tmp_path, CONFIG + '[[methods]]\nname = "cot"\n'))
+    with pytest.raises(ConfigError, match="Unknown split `dev`"):
+        load_spec(_write(tmp_path), split="dev")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_spec(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="ROLE=SPEC"):
+        load_spec(_write(tmp_path), role_lms=["debater"])
+
+
+def test_flags_override_the_config(tmp_path):
+    spec = load_spec(_write(tmp_path), methods="cot,for", limit=2, lm="openai/other", role_lms=["host=openai/h"])
+    assert [m.label for m in spec.methods] == ["cot", "for_n1"]  # a name picks the configured method
+    assert spec.datasets[0].limit == 2 and spec.lm == "openai/other" and spec.role_lms == {"host": "openai/h"}
+    assert spec.fingerprint() != load_spec(_write(tmp_path)).fingerprint()
+
+
+def test_matched_budget_sizes_baselines_from_for(scripted, tmp_path):
+    cfg = CONFIG.replace('baseline = "cot"', 'baseline = "cot"\nmatch_budget = true').replace(
+        '[[methods]]\nname = "single"\n', '[[methods]]\nname = "self_consistency"\n[[methods]]\nname = "refine"\n')
+    result = compare(_write(tmp_path, cfg), tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    r = result.results["gsm8k"]
+    ratio = r["for_n1"].tokens_per_item / r["cot"].tokens_per_item
+    k = max(1, round(ratio))
+    assert r["self_consistency"].calls_per_item == pytest.approx(k)
+    assert abs(r["self_consistency"].tokens_per_item - r["for_n1"].tokens_per_item) < r["cot"].tokens_per_item
+    assert os.path.exists(result.plots[0])

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dspy_for.experiments.compare import compare
+
+pytestmark = pytest.mark.llm
+MODEL = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
+
+
+def test_quickstart_config_on_a_real_local_model(tmp_path, monkeypatch):
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.toml")
+    monkeypatch.chdir(tmp_path)
+    result = compare(config, lm=f"local/{MODEL}", limit=3, max_tokens=384,
+                     tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    res = result.results["gsm8k"]
+    assert set(res) == {"single", "cot", "for_n1", "prorefine_k32_n2"} and not result.errors["gsm8k"]
+    assert all(r.n == 3 for r in res.values())
+    assert res["for_n1"].calls_per_item > res["cot"].calls_per_item
+    assert (tmp_path / "mlruns" / "mlflow.db").is_file() and result.plots

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from dspy_for.cli import app
+
+runner = CliRunner()
+MODEL = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
+
+
+def test_help_lists_only_working_commands():
+    out = runner.invoke(app, ["--help"]).output
+    for cmd in ("models", "serve", "ask", "compare"):
+        assert cmd in out
+
+
+def test_models_list():
+    result = runner.invoke(app, ["models", "list"])
+    assert result.exit_code == 0 and "qwen2.5-coder-1.5b" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["ask", "q", "--method", "magic"], "Unknown method `magic`"),
+     (["ask", "q", "--option", "rounds"], "KEY=VALUE"),
+     (["ask", "--sample", "999"], "--sample"),
+     (["ask", "q", "--method", "for", "--option", "round=2", "--lm", "openai/x"], "Unknown option `round`"),
+     (["compare", "nope.toml"], "does not exist"),
+     (["models", "pull", "gpt-5"], "Unknown local model")],
+)
+def test_bad_input_is_a_clear_error_with_exit_code_2(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and message in result.output
+
+
+@pytest.mark.llm
+def test_ask_for_on_a_real_local_model():
+    result = runner.invoke(app, ["ask", "--sample", "0", "--method", "for", "--rounds", "1", "--lm", f"local/{MODEL}",
+                                 "--max-tokens", "300"])
+    assert result.exit_code == 0, result.output
+    assert "Defender · A0" in result.output and "Debater · round 1" in result.output
+    assert "usage per role" in result.output and "defender" in result.output
