@@ -128,12 +128,15 @@ class FORPrompting(dspy.Module):
                                         "asked_questions": list(asked), "rejected": rejected,
                                         "_discard_trace": attempt == 0 and self.guard}
                 items = [str(q).strip() for q in (out.questions or []) if str(q).strip()]
+                seen = {_norm(q) for q in asked}
+                repeats = [q for q in items if _norm(q) in seen]
+                items = [q for q in items if _norm(q) not in seen]  # a repeated question adds nothing
                 verdicts = [(q, check_question(q, allowed_numbers=allowed)) for q in items]
                 bad = [(q, why) for q, why in verdicts if why]
                 collapse += len(bad)
                 questions = [q for q, why in verdicts if not why] if self.guard else items
                 trajectory.append(_turn("debater", "questions", r, {"questions": items, "attempt": attempt,
-                                        "violations": {q: why for q, why in bad}}))
+                                        "violations": {q: why for q, why in bad}, "repeats": repeats}))
                 if not (self.guard and bad):
                     yield "_keep_trace", {}
                     break
@@ -256,6 +259,10 @@ class FORPrompting(dspy.Module):
 
 
 # ------------------------------------------------------------------------------------------ helpers
+
+
+def _norm(question: str) -> str:
+    return " ".join("".join(c for c in question.lower() if c.isalnum() or c.isspace()).split())
 
 
 def _fields(pred: Any, names: list[str]) -> dict[str, Any]:

@@ -231,3 +231,13 @@ def test_registered_method_builds_with_role_lms():
         build_method("for", "question -> answer", round=2)
     with pytest.raises(ConfigError, match="no role `judge`"):
         build_method("for", "question -> answer", role_lms={"judge": d})
+
+
+def test_repeated_questions_are_dropped_and_the_round_is_skipped():
+    same = ["How did you get 36?"]
+    lm = ScriptedLM(make_responder(questions=[same, same, same]))
+    dspy.configure(lm=lm)
+    pred = FORPrompting("question -> answer: float", rounds=3, host=False)(question=Q)
+    assert pred.rounds_used == 1 and pred.role_collapse == 0
+    later = [t for t in pred.trajectory if t["type"] == "questions" and t["round"] > 1]
+    assert all(t["fields"]["repeats"] == same and t["fields"]["questions"] == [] for t in later)
