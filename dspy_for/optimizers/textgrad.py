@@ -1,0 +1,175 @@
+"""TextGrad-style prompt optimization (zou-group/textgrad, ``evaluation/prompt_optimization.py``) as a
+DSPy Teleprompter.
+
+The variables are the instructions of the student's named predictors. For each step::
+
+    batch     = next minibatch of the training set (batch_size items; a fresh seeded shuffle each epoch)
+    losses    = per item: input, prediction, gold, metric outcome (and the metric's feedback text)
+    gradient  = LLM critique of each instruction given the losses           (role "gradient")
+    step      = LLM rewrite of each instruction given its gradient,         (role "optimizer")
+                the constraints and the last ``gradient_memory`` gradients
+    validate  = score the validation set; if strictly lower than the last accepted score, revert
+
+Defaults mirror TextGrad: batches of 3, 3 epochs × 4 steps = 12 updates, validation revert on.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dspy
+from dspy.teleprompt import Teleprompter
+
+from dspy_for.errors import ConfigError
+from dspy_for.lm.usage import role, track_usage
+from dspy_for.optimizers.prompts import Gradient, Step
+
+__all__ = ["TextGrad"]
+
+
+class TextGrad(Teleprompter):
+    """Textual-gradient descent on predictor instructions; ``compile`` returns an optimized copy.
+
+    The compiled program carries ``textgrad_history`` (one row per step: step, epoch, instruction per
+    variable, train batch score, validation score, reverted) and ``compile_usage`` (per role).
+    """
+
+    def __init__(
+        self,
+        metric: Callable[..., Any],
+        *,
+        optimizer_lm: Any = None,
+        gradient_lm: Any = None,
+        batch_size: int = 3,
+        epochs: int = 3,
+        steps_per_epoch: int = 4,
+        validation_revert: bool = True,
+        gradient_memory: int = 0,
+        constraints: Sequence[str] | None = None,
+        num_threads: int = 1,
+        seed: int = 0,
+        predictors: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__()
+        from dspy_for.lm import resolve_lm
+
+        for name, value in (("batch_size", batch_size), ("epochs", epochs), ("steps_per_epoch", steps_per_epoch),
+                            ("num_threads", num_threads)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
+        if not isinstance(gradient_memory, int) or gradient_memory < 0:
+            raise ConfigError(f"`gradient_memory` must be an integer >= 0, got {gradient_memory!r}.")
+        self.metric = metric
+        self.optimizer_lm = resolve_lm(optimizer_lm)
+        self.gradient_lm = resolve_lm(gradient_lm) or self.optimizer_lm
+        self.batch_size, self.epochs, self.steps_per_epoch = batch_size, epochs, steps_per_epoch
+        self.validation_revert, self.gradient_memory = validation_revert, gradient_memory
+        self.constraints = list(constraints or [])
+        self.num_threads, self.seed = num_threads, seed
+        self.predictor_names = list(predictors) if predictors is not None else None
+        self.gradient = dspy.Predict(Gradient)
+        self.step = dspy.Predict(Step)
+
+    # ------------------------------------------------------------------------------------------ parts
+
+    def _variables(self, program: dspy.Module) -> dict[str, Any]:
+        named = dict(program.named_predictors())
+        names = self.predictor_names or list(named)
+        unknown = [n for n in names if n not in named]
+        if unknown:
+            raise ConfigError(
+                f"Unknown predictor `{unknown[0]}` in `predictors`. The student's predictors are: {', '.join(named)}."
+            )
+        return {n: named[n] for n in names}
+
+    def _evaluate(self, program: dspy.Module, data: list[dspy.Example]) -> float:
+        evaluator = dspy.Evaluate(devset=data, metric=self.metric, num_threads=self.num_threads,
+                                  display_progress=False, display_table=False, failure_score=0.0,
+                                  max_errors=len(data) + 1)
+        with role("task"):
+            return float(evaluator(program).score) / 100.0
+
+    def _losses(self, program: dspy.Module, batch: list[dspy.Example]) -> tuple[list[str], float]:
+        texts, scores = [], []
+        for ex in batch:
+            with role("task"):
+                try:
+                    pred = program(**ex.inputs())
+                    outcome = self.metric(ex, pred)
+                except Exception as exc:  # a failed item is a loss too
+                    pred, outcome = None, 0.0
+                    texts.append(f"Input: {dict(ex.inputs())}\nThe program failed: {exc}")
+                    scores.append(0.0)
+                    continue
+            feedback = getattr(outcome, "feedback", None)
+            score = float(getattr(outcome, "score", outcome))
+            scores.append(score)
+            shown = {k: v for k, v in pred.items() if k not in ("trajectory", "usage", "stats")}
+            text = (f"Input: {dict(ex.inputs())}\nPrediction: {shown}\nExpected: {ex.get('answer')}\n"
+                    f"Outcome: {'correct' if score >= 1.0 else 'incorrect'} (score {score:g})")
+            if feedback:
+                text += f"\nMetric feedback: {feedback}"
+            texts.append(text)
+        return texts, sum(scores) / max(1, len(scores))
+
+    def _call(self, predictor: dspy.Predict, lm: Any, role_name: str, **kwargs: Any) -> dspy.Prediction:
+        with role(role_name), dspy.context(lm=lm or dspy.settings.lm):
+            return predictor(**kwargs)
+
+    # ---------------------------------------------------------------------------------------- compile
+
+    def compile(self, student: dspy.Module, *, trainset: list[dspy.Example], valset: list[dspy.Example] | None = None,
+                **_: Any) -> dspy.Module:
+        if not trainset:
+            raise ConfigError("`trainset` is empty: TextGrad needs training examples for its minibatches.")
+        program = student.deepcopy()
+        variables = self._variables(program)
+        val = list(valset or trainset)
+        rng = random.Random(self.seed)
+        history: list[dict[str, Any]] = []
+        memory: dict[str, list[str]] = {n: [] for n in variables}
+        with track_usage() as usage:
+            last_val = self._evaluate(program, val) if self.validation_revert else None
+            history.append({"step": 0, "epoch": 0, "instructions": _instructions(variables), "train_score": None,
+                            "val_score": last_val, "reverted": False})
+            step = 0
+            for epoch in range(1, self.epochs + 1):
+                order = list(trainset)
+                rng.shuffle(order)
+                for i in range(self.steps_per_epoch):
+                    batch = [order[(i * self.batch_size + j) % len(order)] for j in range(self.batch_size)]
+                    step += 1
+                    losses, train_score = self._losses(program, batch)
+                    before = _instructions(variables)
+                    for name, predictor in variables.items():
+                        grad = self._call(self.gradient, self.gradient_lm, "gradient", role=name,
+                                          instruction=predictor.signature.instructions, losses=losses)
+                        past = memory[name][-self.gradient_memory:] if self.gradient_memory else []
+                        new = self._call(self.step, self.optimizer_lm, "optimizer",
+                                         instruction=predictor.signature.instructions, feedback=str(grad.feedback),
+                                         past_feedback=past, constraints=self.constraints)
+                        memory[name].append(str(grad.feedback))
+                        text = str(new.new_instruction).strip()
+                        if text:
+                            predictor.signature = predictor.signature.with_instructions(text)
+                    reverted = False
+                    val_score = None
+                    if self.validation_revert:
+                        val_score = self._evaluate(program, val)
+                        if last_val is not None and val_score < last_val:  # strictly lower: revert (as TextGrad)
+                            for name, predictor in variables.items():
+                                predictor.signature = predictor.signature.with_instructions(before[name])
+                            reverted = True
+                        else:
+                            last_val = val_score
+                    history.append({"step": step, "epoch": epoch, "instructions": _instructions(variables),
+                                    "train_score": train_score, "val_score": val_score, "reverted": reverted})
+        program.textgrad_history = history
+        program.compile_usage = usage.to_dict()
+        return program
+
+
+def _instructions(variables: dict[str, Any]) -> dict[str, str]:
+    return {n: p.signature.instructions for n, p in variables.items()}
