@@ -190,6 +190,53 @@ def compare(
                   f"{tracking_uri or os.environ.get('MLFLOW_TRACKING_URI') or 'sqlite:///mlruns/mlflow.db'}")
 
 
+# ----------------------------------------------------------------------------------------- sweep
+
+
+@app.command()
+def sweep(
+    config: Annotated[Path, typer.Argument(help="Sweep TOML config (see experiments/sweep_*.toml).")],
+    n_trials: Annotated[int | None, typer.Option(help="Total trials of the study (across workers and resumes).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Stop waiting for workers after this many seconds.")] = None,
+    storage: Annotated[str | None, typer.Option(help="Optuna storage URL (default: journal file in mlruns/).")] = None,
+    study: Annotated[str | None, typer.Option(help="Study name (resumes it if it exists).")] = None,
+    workers: Annotated[int, typer.Option(help="Local worker processes on the same study.")] = 1,
+    limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N validation items.")] = None,
+    lm: Annotated[str | None, typer.Option(help=LM_HELP)] = None,
+    role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
+    data_dir: Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")] = None,
+    final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
+) -> None:
+    """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
+    from rich.table import Table
+
+    from dspy_for.experiments.sweep import sweep as run_sweep
+
+    try:
+        result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, n_trials=n_trials,
+                           storage=storage, study=study, limit=limit, lm=lm, role_lms=role_lm or None,
+                           data_dir=data_dir, tracking_uri=tracking_uri)
+    except DspyForError as exc:
+        _fail(exc)
+        return
+    t = Table(title=f"study {result.spec.study}: {result.counts}")
+    for col in ("trial", "state", "params", "values", "tokens/item"):
+        t.add_column(col)
+    best = {b.number for b in result.study.best_trials} if result.counts.get("COMPLETE") else set()
+    for tr in result.study.get_trials(deepcopy=False):
+        values = ", ".join(f"{v:.3g}" for v in (tr.values or []))
+        tok = tr.user_attrs.get("tokens_per_item")
+        t.add_row(f"{tr.number}{' *' if tr.number in best else ''}", tr.state.name, str(tr.params), values,
+                  f"{tok:.0f}" if tok is not None else "")
+    console.print(t)
+    if result.final_test:
+        ft = result.final_test
+        console.print(f"final test ({ft['n']} items) with {ft['params']}: accuracy {ft['accuracy']:.1%} "
+                      f"[{ft['ci_low']:.1%}, {ft['ci_high']:.1%}], {ft['tokens_per_item']:.0f} tokens/item")
+    console.print(f"MLflow parent run {result.parent_run_id} (* = best trial)")
+
+
 def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     app()

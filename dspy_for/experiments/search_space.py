@@ -1,0 +1,105 @@
+"""Search spaces for sweeps: parsed and validated before any trial runs.
+
+In a sweep config each searched option is a table under ``[search]``::
+
+    [search.rounds]
+    type = "int"        # int | float | categorical
+    low = 0
+    high = 4
+    step = 1            # optional (int/float); `log = true` for log-uniform
+
+    [search.host]
+    type = "categorical"
+    choices = [true, false]
+
+Option names must be options of the method (``MethodSpec.defaults``) or ``temperature``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dspy_for.errors import ConfigError
+
+__all__ = ["Param", "SearchSpace", "parse_search_space"]
+
+EXTRA_OPTIONS = ("temperature",)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def suggest(self, trial: Any) -> Any:
+        if self.type == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+        if self.type == "float":
+            return trial.suggest_float(self.name, float(self.low), float(self.high), step=self.step, log=self.log)
+        return trial.suggest_categorical(self.name, list(self.choices))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    params: tuple[Param, ...]
+
+    def suggest(self, trial: Any) -> dict[str, Any]:
+        return {p.name: p.suggest(trial) for p in self.params}
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+
+def parse_search_space(method: str, search: Mapping[str, Any]) -> SearchSpace:
+    """Validate ``search`` against method ``method``'s options; raise :class:`ConfigError` with the fix."""
+    from dspy_for.experiments.methods import get_method
+
+    allowed = set(get_method(method).defaults) | set(EXTRA_OPTIONS)
+    if not search:
+        raise ConfigError("The sweep has no `[search]` table: add at least one option to search, e.g. "
+                          "[search.rounds] with type = \"int\", low = 0, high = 4.")
+    params = []
+    for name, spec in search.items():
+        where = f"[search.{name}]"
+        if name not in allowed:
+            raise ConfigError(f"Unknown option `{name}` in {where} for method `{method}`. "
+                              f"Searchable options: {', '.join(sorted(allowed))}.")
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{where} must be a table with `type` and its bounds or `choices`.")
+        kind = spec.get("type")
+        extra = set(spec) - {"type", "low", "high", "step", "log", "choices"}
+        if extra:
+            raise ConfigError(f"Unknown key `{sorted(extra)[0]}` in {where}. Allowed: type, low, high, step, log, choices.")
+        if kind in ("int", "float"):
+            low, high, step, log = spec.get("low"), spec.get("high"), spec.get("step"), bool(spec.get("log", False))
+            if low is None or high is None:
+                raise ConfigError(f"{where} needs `low` and `high`.")
+            if low > high:
+                raise ConfigError(f"{where}: `low` ({low}) is greater than `high` ({high}). Swap them.")
+            if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
+                raise ConfigError(f"{where}: an int range needs integer `low` and `high`.")
+            if log and (low <= 0 or step not in (None, 1)):
+                raise ConfigError(f"{where}: `log = true` needs `low` > 0 and no `step`.")
+            if step is not None:
+                if step <= 0:
+                    raise ConfigError(f"{where}: `step` must be positive, got {step}.")
+                span = (high - low) / step
+                if abs(span - round(span)) > 1e-9:
+                    raise ConfigError(f"{where}: `step` ({step}) does not divide `high - low` ({high - low}).")
+            params.append(Param(name, kind, low, high, step, log))
+        elif kind == "categorical":
+            choices = spec.get("choices")
+            if not isinstance(choices, list) or not choices:
+                raise ConfigError(f"{where}: a categorical option needs a non-empty `choices` list.")
+            params.append(Param(name, kind, choices=tuple(choices)))
+        else:
+            raise ConfigError(f"{where}: `type` must be \"int\", \"float\" or \"categorical\", got {kind!r}.")
+    return SearchSpace(tuple(params))

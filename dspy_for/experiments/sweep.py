@@ -1,0 +1,424 @@
+"""``dspy-for sweep``: Optuna search over a method's options on validation data, tracked in MLflow.
+
+* The objective evaluates the validation items in chunks and reports the running accuracy, so a pruner
+  stops hopeless trials early (single-objective studies); multi-objective studies optimise accuracy
+  (max) and tokens/item (min) and keep the Pareto front.
+* Storage: by default a journal file in ``mlruns/optuna/`` (Optuna's recommendation for several local
+  processes); any SQLAlchemy URL otherwise (PostgreSQL for workers on many machines).
+* ``workers=N`` runs N local worker processes on the same study. Workers take trials under a lock and
+  stop when ``n_trials`` trials are COMPLETE, PRUNED or RUNNING on a live worker, so no trial is counted
+  twice. A RUNNING trial whose worker died (its pid is gone on this host, or — for RDB storages — its
+  Optuna heartbeat stopped) is marked FAIL and re-enqueued with the same parameters: no trial is lost.
+* With the DSPy cache on, a trial that repeats a configuration, or is a prefix of one already run (FOR
+  with a smaller N, ProRefine with a smaller n), costs only the calls that differ.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+import tomllib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.search_space import SearchSpace, parse_search_space
+from dspy_for.experiments.spec import DatasetConfig, parse_role_lms
+
+__all__ = ["SweepResult", "SweepSpec", "load_sweep_spec", "make_storage", "run_study", "sweep"]
+
+logger = logging.getLogger("dspy_for.sweep")
+_HOST = socket.gethostname()
+
+
+@dataclass
+class SweepSpec:
+    method: str
+    dataset: DatasetConfig
+    search: dict[str, Any]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    lm: str = "local/qwen2.5-coder-1.5b"
+    role_lms: dict[str, str] = field(default_factory=dict)
+    max_tokens: int | None = 1024
+    objectives: list[str] = field(default_factory=lambda: ["accuracy"])
+    sampler: str = "tpe"
+    pruner: str = "median"
+    n_trials: int = 10
+    chunk_size: int = 4
+    seed: int = 0
+    study: str = "dspy-for-sweep"
+    storage: str | None = None
+    experiment: str = "sweeps"
+    tracking_uri: str | None = None
+    num_threads: int = 1
+    test_split: str = "test"
+
+    @property
+    def space(self) -> SearchSpace:
+        return parse_search_space(self.method, self.search)
+
+    @property
+    def multi(self) -> bool:
+        return len(self.objectives) > 1
+
+    def validate(self) -> SweepSpec:
+        from dspy_for.datasets import dataset_info
+        from dspy_for.experiments.methods import get_method
+
+        spec = get_method(self.method)
+        spec.validate_options(self.fixed)
+        spec.validate_roles(self.role_lms)
+        self.space  # noqa: B018 - parses and validates the search space
+        if self.dataset.split not in dataset_info(self.dataset.name).splits:
+            raise ConfigError(f"Unknown split `{self.dataset.split}` for dataset `{self.dataset.name}`.")
+        if self.objectives not in (["accuracy"], ["accuracy", "tokens_per_item"]):
+            raise ConfigError('`objectives` must be ["accuracy"] or ["accuracy", "tokens_per_item"], '
+                              f"got {self.objectives!r}.")
+        if self.sampler not in ("tpe", "nsga2", "random"):
+            raise ConfigError(f"`sampler` must be 'tpe', 'nsga2' or 'random', got {self.sampler!r}.")
+        if self.pruner not in ("median", "none"):
+            raise ConfigError(f"`pruner` must be 'median' or 'none', got {self.pruner!r}.")
+        for name in ("n_trials", "chunk_size", "num_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
+        return self
+
+
+_KEYS = {f for f in SweepSpec.__dataclass_fields__}
+
+
+def load_sweep_spec(path: str | Path | None = None, **overrides: Any) -> SweepSpec:
+    """A sweep config (TOML) plus CLI-style overrides → a validated :class:`SweepSpec`."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"Sweep config `{p}` does not exist. See experiments/sweep_*.toml.")
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"Sweep config `{p}` is not valid TOML: {exc}.") from None
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise ConfigError(f"Unknown key `{unknown[0]}` in the sweep config. Allowed: {', '.join(sorted(_KEYS))}.")
+    if "method" not in data or "dataset" not in data:
+        raise ConfigError("A sweep config needs `method` and a `[dataset]` table (name, split, first/limit).")
+    ds = dict(data.pop("dataset"))
+    extra = set(ds) - set(DatasetConfig.__dataclass_fields__)
+    if extra:
+        raise ConfigError(f"Unknown key `{sorted(extra)[0]}` in [dataset].")
+    dataset = DatasetConfig(**{"split": "val", **ds})
+    o = {k: v for k, v in overrides.items() if v is not None}
+    for key in ("limit", "first", "data_dir", "split"):
+        if key in o:
+            setattr(dataset, key, o.pop(key))
+    if "role_lms" in o:
+        data["role_lms"] = {**data.get("role_lms", {}), **parse_role_lms(o.pop("role_lms"))}
+    for key in o:
+        if key not in _KEYS:
+            raise ConfigError(f"Unknown override `{key}`.")
+    return SweepSpec(dataset=dataset, **{**data, **o}).validate()
+
+
+# ------------------------------------------------------------------------------------------ storage
+
+
+def _default_dir() -> Path:
+    d = Path("mlruns") / "optuna"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def make_storage(url: str | None) -> Any:
+    """None → a journal file in mlruns/optuna/; an SQLAlchemy URL → RDBStorage with heartbeats."""
+    import optuna
+    from optuna.storages import JournalStorage, RDBStorage, RetryFailedTrialCallback
+    from optuna.storages.journal import JournalFileBackend
+
+    if url is None or url.startswith("journal:"):
+        path = url[len("journal:"):] if url else str(_default_dir() / "journal.log")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(path))
+    try:
+        return RDBStorage(url, heartbeat_interval=5, grace_period=20,
+                          failed_trial_callback=RetryFailedTrialCallback(max_retry=3),
+                          engine_kwargs={"pool_pre_ping": True})
+    except (ImportError, ModuleNotFoundError) as exc:
+        raise ConfigError(f"Storage `{url}` needs a database driver: {exc}. For PostgreSQL install "
+                          "`pip install 'dspy-for[postgres]'`.") from None
+    except optuna.exceptions.StorageInternalError as exc:  # pragma: no cover - depends on the server
+        raise ConfigError(f"Cannot open storage `{url}`: {exc}") from None
+
+
+def _lock_path(study_name: str, storage_url: str | None) -> Path:
+    import hashlib
+
+    key = hashlib.sha256(f"{storage_url}|{study_name}".encode()).hexdigest()[:12]
+    return _default_dir() / f"{key}.lock"
+
+
+def _worker_alive(trial: Any) -> bool:
+    worker = trial.user_attrs.get("worker", "")
+    host, _, pid = worker.rpartition(":")
+    if host != _HOST or not pid.isdigit():
+        return True  # another machine: RDB heartbeats handle it
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _recover_stale(study: Any) -> None:
+    """FAIL and re-enqueue RUNNING trials whose worker died (pid gone here, or heartbeat stale)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    if isinstance(storage, optuna.storages.RDBStorage):
+        optuna.storages.fail_stale_trials(study)  # heartbeat; its callback re-enqueues
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not _worker_alive(t):
+            try:
+                storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            except (RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+                continue
+            study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+            logger.warning("trial %d was left RUNNING by a dead worker: re-enqueued", t.number)
+
+
+def _counted(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    n = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (t.state == TrialState.RUNNING and _worker_alive(t)):
+            n += 1
+    return n
+
+
+def _sampler(spec: SweepSpec) -> Any:
+    import optuna
+
+    if spec.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=spec.seed)
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=spec.seed)
+    return optuna.samplers.TPESampler(seed=spec.seed, multivariate=spec.multi)
+
+
+def _pruner(spec: SweepSpec) -> Any:
+    import optuna
+
+    if spec.pruner == "none" or spec.multi:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+
+
+def open_study(spec: SweepSpec) -> Any:
+    import optuna
+
+    directions = ["maximize"] if not spec.multi else ["maximize", "minimize"]
+    return optuna.create_study(study_name=spec.study, storage=make_storage(spec.storage), directions=directions,
+                               sampler=_sampler(spec), pruner=_pruner(spec), load_if_exists=True)
+
+
+# ---------------------------------------------------------------------------------------- objective
+
+Objective = Callable[[Any], Any]
+
+
+def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Objective:
+    """The real objective: build the method with the trial's options and evaluate chunk by chunk."""
+    import optuna
+
+    from dspy_for.datasets import load_dataset
+    from dspy_for.experiments.compare import signature_for
+    from dspy_for.experiments.methods import build_method
+    from dspy_for.experiments.runner import evaluate_method
+    from dspy_for.lm import Usage, make_lm
+    from dspy_for.metrics import metric_for
+
+    d = spec.dataset
+    examples = load_dataset(d.name, d.split, data_dir=d.data_dir, limit=d.limit, seed=d.seed)
+    if d.first:
+        examples = examples[: d.first]
+    metric = metric_for(d.name)
+    sig = signature_for(d.name)
+    space = spec.space
+
+    def objective(trial: Any) -> Any:
+        params = space.suggest(trial)
+        options = {**spec.fixed, **params}
+        temperature = options.pop("temperature", 0.0)
+        lm_opts = {"max_tokens": spec.max_tokens, "temperature": temperature}
+        lm = make_lm(spec.lm, **lm_opts)
+        role_lms = {r: make_lm(s, **lm_opts) for r, s in spec.role_lms.items()}
+        program = build_method(spec.method, sig, lm=lm, role_lms=role_lms, **options)
+        scores: list[float] = []
+        usage = Usage()
+        for step, start in enumerate(range(0, len(examples), spec.chunk_size)):
+            chunk = examples[start:start + spec.chunk_size]
+            res = evaluate_method(program, chunk, metric=metric, num_threads=spec.num_threads, progress=False,
+                                  pass_labels=bool(getattr(program, "uses_labels", False)))
+            scores.extend(res.scores)
+            usage.merge(res.usage)
+            accuracy = sum(scores) / len(scores)
+            trial.set_user_attr("intermediate", [*trial.user_attrs.get("intermediate", []), accuracy])
+            if not spec.multi:
+                trial.report(accuracy, step)
+                if trial.should_prune():
+                    _record_usage(trial, usage, len(scores))
+                    raise optuna.TrialPruned()
+        _record_usage(trial, usage, len(scores))
+        accuracy = sum(scores) / max(1, len(scores))
+        tokens = usage.total.served_tokens / max(1, len(scores))
+        return accuracy if not spec.multi else (accuracy, tokens)
+
+    return objective
+
+
+def _record_usage(trial: Any, usage: Any, n: int) -> None:
+    total = usage.total
+    trial.set_user_attr("n_items", n)
+    trial.set_user_attr("tokens_per_item", total.served_tokens / max(1, n))
+    trial.set_user_attr("spent_tokens", total.tokens)
+    trial.set_user_attr("cached_tokens", total.cached_tokens)
+    trial.set_user_attr("calls", total.calls)
+
+
+def _load_objective(spec: SweepSpec, objective_path: str | None, parent_run_id: str | None) -> Objective:
+    if objective_path is None:
+        return default_objective(spec, parent_run_id)
+    module, _, name = objective_path.partition(":")
+    factory = getattr(importlib.import_module(module), name)
+    return factory(spec)
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+
+def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None) -> None:
+    """One worker: take trials under the study lock until n_trials are accounted for."""
+    import optuna
+    from filelock import FileLock
+
+    from dspy_for.experiments import sweep_tracking
+
+    study = open_study(spec)
+    lock = FileLock(str(_lock_path(spec.study, spec.storage)))
+    me = f"{_HOST}:{os.getpid()}"
+    while True:
+        with lock:
+            _recover_stale(study)
+            if _counted(study) >= spec.n_trials:
+                return
+            trial = study.ask()
+            trial.set_user_attr("worker", me)
+        state, values, error = optuna.trial.TrialState.COMPLETE, None, None
+        try:
+            values = objective(trial)
+        except optuna.TrialPruned:
+            state = optuna.trial.TrialState.PRUNED
+        except Exception as exc:  # a failing trial is recorded, the sweep goes on
+            state, error = optuna.trial.TrialState.FAIL, f"{type(exc).__name__}: {exc}"
+            logger.error("trial %d failed: %s", trial.number, error)
+        if state == optuna.trial.TrialState.COMPLETE:
+            study.tell(trial, values)
+        else:
+            study.tell(trial, state=state)
+        sweep_tracking.log_trial(spec, study, trial.number, parent_run_id, error=error)
+
+
+def _worker_entry(spec_dict: dict[str, Any], objective_path: str | None, parent_run_id: str | None,
+                  cwd: str) -> None:
+    os.chdir(cwd)
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    spec = _spec_from_dict(spec_dict)
+    _work(spec, _load_objective(spec, objective_path, parent_run_id), parent_run_id)
+
+
+def _spec_from_dict(d: dict[str, Any]) -> SweepSpec:
+    d = dict(d)
+    d["dataset"] = DatasetConfig(**d["dataset"])
+    return SweepSpec(**d)
+
+
+def run_study(spec: SweepSpec, *, workers: int = 1, objective_path: str | None = None,
+              parent_run_id: str | None = None, timeout: float | None = None) -> Any:
+    """Run the study with ``workers`` local processes (1: in this process). Returns the study."""
+    import multiprocessing as mp
+
+    if workers < 1:
+        raise ConfigError(f"`workers` must be a positive integer, got {workers!r}.")
+    if workers == 1:
+        _work(spec, _load_objective(spec, objective_path, parent_run_id), parent_run_id)
+        return open_study(spec)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_worker_entry, args=(asdict(spec), objective_path, parent_run_id, os.getcwd()))
+             for _ in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    return open_study(spec)
+
+
+@dataclass
+class SweepResult:
+    spec: SweepSpec
+    study: Any
+    parent_run_id: str | None
+    final_test: dict[str, Any] | None = None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        from collections import Counter
+
+        return dict(Counter(t.state.name for t in self.study.get_trials(deepcopy=False)))
+
+
+def sweep(config: SweepSpec | str | Path | None = None, *, workers: int = 1, final_test: bool = False,
+          objective_path: str | None = None, timeout: float | None = None, **overrides: Any) -> SweepResult:
+    """Run (or resume) a sweep; see the module docstring. ``overrides`` are the CLI flags' names."""
+    from dspy_for.experiments import sweep_tracking
+
+    spec = config if isinstance(config, SweepSpec) else load_sweep_spec(config, **overrides)
+    open_study(spec)  # create it before workers race to
+    parent = sweep_tracking.start_parent(spec)
+    study = run_study(spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout)
+    result = SweepResult(spec=spec, study=study, parent_run_id=parent)
+    if final_test and not spec.multi and objective_path is None:
+        result.final_test = _final_test(spec, study)
+    sweep_tracking.finish_parent(spec, study, parent, result.final_test)
+    return result
+
+
+def _final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
+    """Evaluate the best configuration once on the test split."""
+    from dspy_for.datasets import load_dataset
+    from dspy_for.experiments.compare import signature_for
+    from dspy_for.experiments.methods import build_method
+    from dspy_for.experiments.runner import evaluate_method
+    from dspy_for.lm import make_lm
+    from dspy_for.metrics import metric_for
+
+    best = study.best_trial
+    options = {**spec.fixed, **best.params}
+    temperature = options.pop("temperature", 0.0)
+    lm = make_lm(spec.lm, max_tokens=spec.max_tokens, temperature=temperature)
+    role_lms = {r: make_lm(s, max_tokens=spec.max_tokens, temperature=temperature) for r, s in spec.role_lms.items()}
+    d = spec.dataset
+    examples = load_dataset(d.name, spec.test_split, data_dir=d.data_dir, limit=d.limit, seed=d.seed)
+    program = build_method(spec.method, signature_for(d.name), lm=lm, role_lms=role_lms, **options)
+    res = evaluate_method(program, examples, metric=metric_for(d.name), num_threads=spec.num_threads)
+    lo, hi = res.ci
+    return {"params": best.params, "accuracy": res.accuracy, "ci_low": lo, "ci_high": hi,
+            "tokens_per_item": res.tokens_per_item, "n": res.n}

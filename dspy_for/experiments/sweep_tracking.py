@@ -1,0 +1,139 @@
+"""The sweep's own small MLflow layer (not optuna-integration's deprecated ``MLflowCallback``).
+
+One parent run per study; one nested run per trial (params, intermediate values as steps, final values,
+state, usage), written with ``MlflowClient`` so worker processes log safely; the best trial(s) tagged;
+plots on the parent: optimization history, parameter importances, Pareto front (multi-objective).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dspy_for.experiments import tracking
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.sweep import SweepSpec
+
+__all__ = ["finish_parent", "log_trial", "start_parent"]
+
+
+def _client(spec: SweepSpec) -> tuple[Any, str]:
+    from mlflow.tracking import MlflowClient
+
+    exp_id = tracking.setup_tracking(spec.tracking_uri, spec.experiment)
+    import mlflow
+
+    return MlflowClient(mlflow.get_tracking_uri()), exp_id
+
+
+def start_parent(spec: SweepSpec) -> str:
+    """The study's parent run: reused when the study is resumed (same study name and storage)."""
+    from dataclasses import asdict
+
+    client, exp_id = _client(spec)
+    found = client.search_runs([exp_id], filter_string=f"tags.`dspy_for.study` = '{spec.study}' "
+                               f"and tags.`dspy_for.kind` = 'sweep'", max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+        client.update_run(run_id, status="RUNNING")
+        return run_id
+    run = client.create_run(exp_id, run_name=f"sweep-{spec.study}",
+                            tags={"dspy_for.kind": "sweep", "dspy_for.study": spec.study})
+    params = tracking.safe_params({"sweep": asdict(spec), **tracking.environment_params()})
+    for k, v in params.items():
+        client.log_param(run.info.run_id, k, v)
+    return run.info.run_id
+
+
+def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | None, *, error: str | None = None
+              ) -> None:
+    if parent_run_id is None:
+        return
+    client, exp_id = _client(spec)
+    trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+    run = client.create_run(exp_id, run_name=f"trial-{number}",
+                            tags={"mlflow.parentRunId": parent_run_id, "dspy_for.study": spec.study,
+                                  "dspy_for.trial": str(number), "dspy_for.state": trial.state.name,
+                                  **({"retry_of": str(trial.user_attrs["retry_of"])}
+                                     if "retry_of" in trial.user_attrs else {})})
+    rid = run.info.run_id
+    for k, v in tracking.safe_params({"params": trial.params, "method": spec.method}).items():
+        client.log_param(rid, k, v)
+    for step, value in enumerate(trial.user_attrs.get("intermediate", [])):
+        client.log_metric(rid, "intermediate_accuracy", value, step=step)
+    if trial.values:
+        client.log_metric(rid, "accuracy", trial.values[0])
+        if len(trial.values) > 1:
+            client.log_metric(rid, "objective_tokens_per_item", trial.values[1])
+    for key in ("tokens_per_item", "spent_tokens", "cached_tokens", "calls", "n_items"):
+        if key in trial.user_attrs:
+            client.log_metric(rid, key, float(trial.user_attrs[key]))
+    if error:
+        client.set_tag(rid, "error", tracking.redact(error)[:5000])
+    client.set_terminated(rid, status="FAILED" if trial.state.name == "FAIL" else "FINISHED")
+
+
+def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_test: dict[str, Any] | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import optuna
+    from optuna.trial import TrialState
+
+    if parent_run_id is None:
+        return
+    client, exp_id = _client(spec)
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    best = study.best_trials if complete else []
+    best_numbers = {t.number for t in best}
+    for run in client.search_runs([exp_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'"):
+        if run.data.tags.get("dspy_for.trial", "").isdigit() and int(run.data.tags["dspy_for.trial"]) in best_numbers:
+            client.set_tag(run.info.run_id, "dspy_for.best", "true")
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    for state, n in counts.items():
+        client.log_metric(parent_run_id, f"trials.{state.lower()}", n)
+    if best and not spec.multi:
+        client.log_metric(parent_run_id, "best_accuracy", best[0].values[0])
+        for k, v in tracking.safe_params({"best": best[0].params}).items():
+            client.set_tag(parent_run_id, k, v)
+    if final_test:
+        for k in ("accuracy", "ci_low", "ci_high", "tokens_per_item"):
+            client.log_metric(parent_run_id, f"final_test.{k}", float(final_test[k]))
+    figures = {}
+    vis = optuna.visualization.matplotlib
+    with _quiet():
+        if complete and not spec.multi:
+            figures["optimization_history.png"] = vis.plot_optimization_history(study).figure
+        if len(complete) >= 2 and study.get_trials()[0].params:
+            try:
+                target = (lambda t: t.values[0]) if spec.multi else None
+                figures["param_importances.png"] = vis.plot_param_importances(
+                    study, target=target, target_name="accuracy").figure
+            except (ValueError, RuntimeError):  # e.g. a parameter that never varied
+                pass
+        if spec.multi and complete:
+            figures["pareto_front.png"] = vis.plot_pareto_front(study, target_names=["accuracy", "tokens/item"]).figure
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fig in figures.items():
+            path = Path(tmp) / name
+            fig.savefig(path, dpi=110, bbox_inches="tight")
+            client.log_artifact(parent_run_id, str(path))
+    client.set_terminated(parent_run_id, status="FINISHED")
+
+
+class _quiet:
+    """Optuna's matplotlib plots warn that they are experimental; keep the console clean."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc: Any) -> None:
+        self._ctx.__exit__(*exc)

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import pytest
+
+import dspy_for.lm as lm_pkg
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.sweep import load_sweep_spec, sweep
+from dspy_for.testing import ScriptedLM, system_text
+
+CONFIG = """
+method = "for"
+study = "{study}"
+lm = "openai/fake"
+n_trials = 6
+chunk_size = 2
+objectives = {objectives}
+sampler = "{sampler}"
+[dataset]
+name = "gsm8k"
+split = "sample"
+first = 6
+[search.rounds]
+type = "int"
+low = 0
+high = 3
+[search.host]
+type = "categorical"
+choices = [true, false]
+"""
+
+
+def responder(messages, max_tokens):
+    s = system_text(messages)
+    if "You are the Debater" in s:
+        return {"questions": ["How did you get that?"]}
+    if "asked questions about" in s:
+        return {"responses": ["ok"], "error_found": "False", "error": "none", "reasoning": "r", "answer": "27"}
+    if "You are the Host" in s:
+        return {"reasoning": "r", "answer": "27"}
+    # the Defender is right only on the first sample item (answer 27): rounds matter through the Host
+    return {"reasoning": "r", "answer": "27"}
+
+
+@pytest.fixture
+def fake_lm(monkeypatch, tmp_path):
+    lm = ScriptedLM(responder)
+    monkeypatch.setattr(lm_pkg, "make_lm", lambda spec, **o: lm)
+    monkeypatch.chdir(tmp_path)
+    return lm
+
+
+def _write(tmp_path, study="s", objectives='["accuracy"]', sampler="tpe", extra=""):
+    p = tmp_path / f"{study}.toml"
+    p.write_text(CONFIG.format(study=study, objectives=objectives, sampler=sampler) + extra)
+    return p
+
+
+def test_six_trial_study_with_pruning_and_nested_mlflow_runs(fake_lm, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    import dspy_for.experiments.sweep as sw
+
+    # make trials with host=false hopeless after the first chunk so the median pruner stops them
+    real = sw.default_objective
+
+    def objective(spec, parent=None):
+        inner = real(spec, parent)
+
+        def wrapped(trial):
+            if trial.number >= 2 and not trial.params.get("host", trial.suggest_categorical("host", [True, False])):
+                trial.report(0.0, 0)
+                if trial.should_prune():
+                    import optuna
+
+                    raise optuna.TrialPruned()
+            return inner(trial)
+
+        return wrapped
+
+    monkeypatch.setattr(sw, "default_objective", objective)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result = sweep(_write(tmp_path), tracking_uri=uri)
+    counts = result.counts
+    assert counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) == 6 and counts.get("PRUNED", 0) >= 1
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("sweeps")
+    runs = client.search_runs([exp.experiment_id])
+    parent = [r for r in runs if r.data.tags.get("dspy_for.kind") == "sweep"][0]
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(trials) == 6
+    assert {r.data.tags["dspy_for.state"] for r in trials} == {"COMPLETE", "PRUNED"}
+    assert any(r.data.tags.get("dspy_for.best") == "true" for r in trials)
+    complete = [r for r in trials if r.data.tags["dspy_for.state"] == "COMPLETE"]
+    assert all("accuracy" in r.data.metrics and "tokens_per_item" in r.data.metrics for r in complete)
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "optimization_history.png" in arts and "param_importances.png" in arts
+
+
+def test_multi_objective_pareto_front(fake_lm, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result = sweep(_write(tmp_path, study="p", objectives='["accuracy", "tokens_per_item"]', sampler="nsga2"),
+                   tracking_uri=uri)
+    front = result.study.best_trials
+    assert front and all(len(t.values) == 2 for t in front)
+    # nothing on the front is dominated by another complete trial
+    for t in front:
+        for o in result.study.trials:
+            if o.values:
+                assert not (o.values[0] >= t.values[0] and o.values[1] <= t.values[1] and o.values != t.values)
+    client = MlflowClient(uri)
+    parent = client.search_runs([client.get_experiment_by_name("sweeps").experiment_id],
+                                filter_string="tags.`dspy_for.kind` = 'sweep'")[0]
+    assert "pareto_front.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+
+
+def test_resume_continues_the_same_study_without_recounting(fake_lm, tmp_path):
+    cfg = _write(tmp_path, study="r")
+    first = sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", n_trials=3)
+    assert first.counts == {"COMPLETE": 3}
+    second = sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", n_trials=5)
+    assert second.counts == {"COMPLETE": 5} and second.parent_run_id == first.parent_run_id
+
+
+def test_repeated_configurations_cost_no_new_calls_with_the_cache(tmp_path, monkeypatch):
+    import dspy
+    from dspy.clients.cache import Cache
+
+    monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="",
+                                             memory_max_entries=100_000))
+    lm = ScriptedLM(responder, cache=True)
+    monkeypatch.setattr(lm_pkg, "make_lm", lambda spec, **o: lm)
+    monkeypatch.chdir(tmp_path)
+    extra = ""
+    p = tmp_path / "c.toml"
+    p.write_text(CONFIG.format(study="c", objectives='["accuracy"]', sampler="random").replace(
+        "high = 3", "high = 1") + extra)
+    result = sweep(p, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", n_trials=8)
+    distinct = {tuple(sorted(t.params.items())) for t in result.study.trials}
+    assert len(distinct) < 8  # configurations repeat over 8 trials of a 4-point space
+    for t in result.study.trials:
+        first = min(o.number for o in result.study.trials if o.params == t.params)
+        if t.number != first:
+            assert t.user_attrs["spent_tokens"] == 0 and t.user_attrs["cached_tokens"] > 0
+
+
+def test_bad_sweep_configs(tmp_path):
+    with pytest.raises(ConfigError, match="needs `method`"):
+        load_sweep_spec(_bad(tmp_path, "n_trials = 3\n"))
+    with pytest.raises(ConfigError, match="Unknown key `trials`"):
+        load_sweep_spec(_bad(tmp_path, 'method = "for"\ntrials = 3\n'))
+    with pytest.raises(ConfigError, match="objectives"):
+        load_sweep_spec(_write(tmp_path, objectives='["speed"]'))
+    with pytest.raises(ConfigError, match="Unknown option `round`"):
+        load_sweep_spec(_write(tmp_path, extra="[search.round]\ntype = \"int\"\nlow = 0\nhigh = 1\n"))
+
+
+def _bad(tmp_path, text):
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    return p
