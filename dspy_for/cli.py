@@ -196,7 +196,7 @@ def compare(
 @app.command()
 def sweep(
     config: Annotated[Path, typer.Argument(help="Sweep TOML config (see experiments/sweep_*.toml).")],
-    n_trials: Annotated[int | None, typer.Option(help="Total trials of the study (across workers and resumes).")] = None,
+    n_trials: Annotated[int | None, typer.Option(help="Total trials (across workers and resumes).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop waiting for workers after this many seconds.")] = None,
     storage: Annotated[str | None, typer.Option(help="Optuna storage URL (default: journal file in mlruns/).")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (resumes it if it exists).")] = None,

@@ -77,7 +77,9 @@ def parse_search_space(method: str, search: Mapping[str, Any]) -> SearchSpace:
         kind = spec.get("type")
         extra = set(spec) - {"type", "low", "high", "step", "log", "choices"}
         if extra:
-            raise ConfigError(f"Unknown key `{sorted(extra)[0]}` in {where}. Allowed: type, low, high, step, log, choices.")
+            raise ConfigError(
+                f"Unknown key `{sorted(extra)[0]}` in {where}. Allowed: type, low, high, step, log, choices."
+            )
         if kind in ("int", "float"):
             low, high, step, log = spec.get("low"), spec.get("high"), spec.get("step"), bool(spec.get("log", False))
             if low is None or high is None:

@@ -85,7 +85,7 @@ def test_six_trial_study_with_pruning_and_nested_mlflow_runs(fake_lm, tmp_path, 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("sweeps")
     runs = client.search_runs([exp.experiment_id])
-    parent = [r for r in runs if r.data.tags.get("dspy_for.kind") == "sweep"][0]
+    parent = next(r for r in runs if r.data.tags.get("dspy_for.kind") == "sweep")
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(trials) == 6
     assert {r.data.tags["dspy_for.state"] for r in trials} == {"COMPLETE", "PRUNED"}
