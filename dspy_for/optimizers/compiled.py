@@ -17,7 +17,7 @@ import dspy
 from dspy_for.errors import ConfigError
 from dspy_for.lm.usage import role, track_usage
 
-__all__ = ["COMPILERS", "CompileResult", "compile_program"]
+__all__ = ["COMPILERS", "CompileResult", "RoleLM", "compile_program"]
 
 
 @dataclass
@@ -27,6 +27,35 @@ class CompileResult:
     usage: dict[str, dict[str, float]]
     history: list[dict[str, Any]] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
+
+
+class RoleLM(dspy.BaseLM):
+    """Wraps an LM so every call through it is attributed to usage role ``role_name``.
+
+    GEPA's reflection LM and MIPROv2's prompt model are called from inside DSPy, where we cannot open a
+    ``role(...)`` block around each call; wrapping the LM puts their tokens under ``optimizer``.
+    """
+
+    def __init__(self, lm: dspy.BaseLM, role_name: str) -> None:
+        super().__init__(model=lm.model, model_type=getattr(lm, "model_type", "chat"), cache=lm.cache)
+        self.inner, self.role_name = lm, role_name
+        self.kwargs = lm.kwargs
+
+    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
+        with role(self.role_name):
+            return self.inner(prompt, messages=messages, **kwargs)
+
+    async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
+        with role(self.role_name):
+            return await self.inner.acall(prompt, messages=messages, **kwargs)
+
+    def forward(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
+        return self.inner.forward(prompt, messages=messages, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # everything else (history, copy state, ...) from the inner LM
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
 def _feedback_metric(metric: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,8 +85,8 @@ def _gepa(student: dspy.Module, trainset: list, valset: list | None, metric: Any
           max_metric_calls: int = 100, **options: Any) -> tuple[dspy.Module, list[dict[str, Any]]]:
     if optimizer_lm is None:
         raise ConfigError("`gepa` needs a reflection LM: pass `optimizer_lm=` (e.g. 'local/qwen2.5-coder-1.5b').")
-    gepa = dspy.GEPA(metric=_feedback_metric(metric), reflection_lm=optimizer_lm, max_metric_calls=max_metric_calls,
-                     seed=seed, **options)
+    gepa = dspy.GEPA(metric=_feedback_metric(metric), reflection_lm=RoleLM(optimizer_lm, "optimizer"),
+                     max_metric_calls=max_metric_calls, seed=seed, **options)
     program = gepa.compile(student, trainset=trainset, valset=valset or trainset)
     return program, []
 
@@ -67,7 +96,8 @@ def _mipro(fewshot: bool) -> Callable[..., tuple[dspy.Module, list[dict[str, Any
             num_candidates: int = 4, num_trials: int = 8, **options: Any) -> tuple[dspy.Module, list[dict[str, Any]]]:
         demos = {"max_bootstrapped_demos": 2, "max_labeled_demos": 2} if fewshot else {
             "max_bootstrapped_demos": 0, "max_labeled_demos": 0}
-        mipro = dspy.MIPROv2(metric=metric, prompt_model=optimizer_lm, auto=None, num_candidates=num_candidates,
+        prompt_model = RoleLM(optimizer_lm, "optimizer") if optimizer_lm is not None else None
+        mipro = dspy.MIPROv2(metric=metric, prompt_model=prompt_model, auto=None, num_candidates=num_candidates,
                              seed=seed, **demos, **options)
         program = mipro.compile(student, trainset=trainset, valset=valset, num_trials=num_trials,
                                 minibatch=len(valset or trainset) > 35)

@@ -1,0 +1,165 @@
+"""BBH object counting: CoT before and after TextGrad, and after GEPA at a similar metric-call budget.
+
+TextGrad's split: train = [:50], val = [50:150] (a slice of it drives the revert decisions), test = [150:].
+Every stage's numbers are written to ``--out`` as soon as they exist and compiled programs are saved next
+to it, so a killed run resumes where it stopped (``--out`` is re-read; the DSPy cache makes repeated LM
+calls free).
+
+Full size (the issue's)::
+
+    LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python experiments/textgrad_parity/measure_bbh.py \\
+        --val 30 --test 100 --epochs 3 --steps-per-epoch 4 --out /tmp/textgrad_bbh_full.json
+
+Reduced (fits a shared 2-core CPU in ~45 minutes)::
+
+    ... measure_bbh.py --val 15 --test 30 --epochs 1 --steps-per-epoch 4 --out /tmp/textgrad_bbh_small.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy
+
+from dspy_for import make_lm
+from dspy_for.datasets import load_dataset
+from dspy_for.lm.usage import role, track_usage
+from dspy_for.metrics import metric_for
+from dspy_for.optimizers import compile_program
+from dspy_for.stats import mean_with_ci, paired_comparison
+
+DATASET = "bbh_object_counting"
+INSTRUCTION = (
+    "Solve the problem step by step: list every item that is mentioned together with how many of it there "
+    "are, keep only the items of the kind the question asks about, add their counts, then give the final "
+    "answer as a single integer."
+)
+
+
+def student() -> dspy.Module:
+    program = dspy.ChainOfThought("question -> answer: int")
+    program.predict.signature = program.predict.signature.with_instructions(INSTRUCTION)
+    return program
+
+
+def score_test(program: dspy.Module, test: list[dspy.Example], metric: Any) -> dict[str, Any]:
+    evaluator = dspy.Evaluate(devset=test, metric=metric, num_threads=1, display_progress=True,
+                              failure_score=0.0, max_errors=len(test) + 1)
+    with track_usage() as usage, role("task"):
+        result = evaluator(program)
+    scores = [float(score) for _, _, score in result.results]
+    mean, low, high = mean_with_ci(scores)
+    return {"scores": scores, "accuracy": mean, "ci": [low, high], "usage": usage.to_dict()}
+
+
+def instructions_of(program: dspy.Module) -> dict[str, str]:
+    return {name: p.signature.instructions for name, p in program.named_predictors()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task-model", default="local/qwen2.5-coder-0.5b")
+    ap.add_argument("--optimizer-model", default="local/qwen2.5-coder-1.5b")
+    ap.add_argument("--train", type=int, default=50)
+    ap.add_argument("--val", type=int, default=30, help="first N items of the val split drive the reverts")
+    ap.add_argument("--test", type=int, default=100, help="first N items of the test split")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--steps-per-epoch", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=3)
+    ap.add_argument("--task-max-tokens", type=int, default=384)
+    ap.add_argument("--optimizer-max-tokens", type=int, default=512)
+    ap.add_argument("--gepa-budget", type=int, default=None,
+                    help="GEPA max_metric_calls (default: TextGrad's own metric-call count)")
+    ap.add_argument("--skip-gepa", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/textgrad_bbh.json"))
+    args = ap.parse_args()
+
+    task_lm = make_lm(args.task_model, max_tokens=args.task_max_tokens)
+    opt_lm = make_lm(args.optimizer_model, max_tokens=args.optimizer_max_tokens)
+    dspy.configure(lm=task_lm)
+    metric = metric_for(DATASET)
+    train = load_dataset(DATASET, "train")[: args.train]
+    val = load_dataset(DATASET, "val")[: args.val]
+    test = load_dataset(DATASET, "test")[: args.test]
+    updates = args.epochs * args.steps_per_epoch
+    tg_metric_calls = len(val) + updates * (args.batch_size + len(val))
+    budget = args.gepa_budget or tg_metric_calls
+
+    out: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    out["config"] = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                     "n_train": len(train), "n_val": len(val), "n_test": len(test), "updates": updates,
+                     "textgrad_metric_calls": tg_metric_calls, "gepa_max_metric_calls": budget}
+
+    def save() -> None:
+        args.out.write_text(json.dumps(out, indent=2, default=str))
+
+    if "cot" not in out:
+        t = time.time()
+        out["cot"] = {**score_test(student(), test, metric), "seconds": time.time() - t,
+                      "instructions": instructions_of(student())}
+        save()
+    print(f"CoT: {out['cot']['accuracy']:.3f} {out['cot']['ci']}", flush=True)
+
+    kinds = [("textgrad", {"epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
+                           "batch_size": args.batch_size})]
+    if not args.skip_gepa:
+        kinds.append(("gepa", {"max_metric_calls": budget, "reflection_minibatch_size": args.batch_size}))
+    for kind, options in kinds:
+        path = args.out.with_suffix(f".{kind}.json")
+        if kind not in out or not path.exists():
+            t = time.time()
+            result = compile_program(kind, student(), trainset=train, valset=val, metric=metric, seed=args.seed,
+                                     optimizer_lm=opt_lm, task_lm=task_lm, **options)
+            result.program.save(str(path))
+            out[kind] = {"compile_usage": result.usage, "history": result.history, "options": options,
+                         "compile_seconds": time.time() - t, "instructions": instructions_of(result.program)}
+            save()
+        if "test" not in out[kind]:
+            program = student()
+            program.load(str(path))
+            t = time.time()
+            out[kind]["test"] = {**score_test(program, test, metric), "seconds": time.time() - t}
+            save()
+
+    print_table(out)
+
+
+def print_table(out: dict[str, Any]) -> None:
+    base = out["cot"]["scores"]
+    print(f"\nBBH object counting, test n={len(base)}; task {out['config']['task_model']}, "
+          f"optimizer {out['config']['optimizer_model']}")
+    print(f"{'program':<10} {'test acc':>9} {'95% CI':>15} {'vs CoT':>8} {'p':>6} {'compile tokens':>15} "
+          f"{'compile calls':>14}")
+    print(f"{'cot':<10} {out['cot']['accuracy']:>9.3f} {_ci(out['cot']['ci']):>15} {'':>8} {'':>6} {0:>15} {0:>14}")
+    for kind in ("textgrad", "gepa"):
+        if kind not in out or "test" not in out[kind]:
+            continue
+        test = out[kind]["test"]
+        cmp = paired_comparison(test["scores"], base)
+        total = out[kind]["compile_usage"]["total"]
+        print(f"{kind:<10} {test['accuracy']:>9.3f} {_ci(test['ci']):>15} {cmp.diff:>+8.3f} {cmp.p_value:>6.3f} "
+              f"{int(total['tokens']):>15} {int(total['calls']):>14}")
+    if "textgrad" in out:
+        print("\nTextGrad validation curve (step, val, reverted):")
+        for row in out["textgrad"]["history"]:
+            print(f"  {row['step']:>3} {row['val_score']:.3f} {row['reverted']}")
+        for kind in ("textgrad", "gepa"):
+            if kind in out:
+                roles = {r: int(v["tokens"]) for r, v in out[kind]["compile_usage"].items() if r != "total"}
+                print(f"{kind} compile tokens by role: {roles}")
+
+
+def _ci(ci: list[float]) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+if __name__ == "__main__":
+    main()
