@@ -15,6 +15,7 @@ Defaults mirror TextGrad: batches of 3, 3 epochs × 4 steps = 12 updates, valida
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +28,9 @@ from dspy_for.lm.usage import role, track_usage
 from dspy_for.optimizers.prompts import Gradient, Step
 
 __all__ = ["TextGrad"]
+
+logger = logging.getLogger(__name__)
+_METADATA = ("id", "split", "source", "dataset")
 
 
 class TextGrad(Teleprompter):
@@ -85,11 +89,16 @@ class TextGrad(Teleprompter):
         return {n: named[n] for n in names}
 
     def _evaluate(self, program: dspy.Module, data: list[dspy.Example]) -> float:
-        evaluator = dspy.Evaluate(devset=data, metric=self.metric, num_threads=self.num_threads,
+        evaluator = dspy.Evaluate(devset=data, metric=self._score, num_threads=self.num_threads,
                                   display_progress=False, display_table=False, failure_score=0.0,
                                   max_errors=len(data) + 1)
         with role("task"):
             return float(evaluator(program).score) / 100.0
+
+    def _score(self, example: dspy.Example, pred: Any, trace: Any = None) -> float:
+        """The metric as a float (GEPA-style metrics return ``Prediction(score=..., feedback=...)``)."""
+        outcome = self.metric(example, pred, trace)
+        return float(getattr(outcome, "score", outcome))
 
     def _losses(self, program: dspy.Module, batch: list[dspy.Example]) -> tuple[list[str], float]:
         texts, scores = [], []
@@ -107,7 +116,8 @@ class TextGrad(Teleprompter):
             score = float(getattr(outcome, "score", outcome))
             scores.append(score)
             shown = {k: v for k, v in pred.items() if k not in ("trajectory", "usage", "stats")}
-            text = (f"Input: {dict(ex.inputs())}\nPrediction: {shown}\nExpected: {ex.get('answer')}\n"
+            gold = ex.get("answer") if "answer" in ex else {k: v for k, v in ex.labels().items() if k not in _METADATA}
+            text = (f"Input: {dict(ex.inputs())}\nPrediction: {shown}\nExpected: {gold}\n"
                     f"Outcome: {'correct' if score >= 1.0 else 'incorrect'} (score {score:g})")
             if feedback:
                 text += f"\nMetric feedback: {feedback}"
@@ -166,6 +176,8 @@ class TextGrad(Teleprompter):
                             last_val = val_score
                     history.append({"step": step, "epoch": epoch, "instructions": _instructions(variables),
                                     "train_score": train_score, "val_score": val_score, "reverted": reverted})
+                    logger.info("TextGrad step %d (epoch %d): train batch %.3f, val %s%s", step, epoch, train_score,
+                                "-" if val_score is None else f"{val_score:.3f}", " (reverted)" if reverted else "")
         program.textgrad_history = history
         program.compile_usage = usage.to_dict()
         return program

@@ -100,3 +100,29 @@ def test_bad_arguments():
         TextGrad(metric).compile(dspy.Predict("q -> a"), trainset=[])
     with pytest.raises(ConfigError, match="Unknown compile kind"):
         compile_program("adam", dspy.Predict("q -> a"), trainset=TRAIN, metric=metric)
+
+
+def test_prorefine_initial_prompt_is_a_variable():
+    from dspy_for.modules import ProRefine
+
+    lm = make_lm(step_outputs=["unused"])
+    dspy.configure(lm=lm)
+    tg = TextGrad(metric, predictors=["task"])
+    variables = tg._variables(ProRefine("question -> answer: float"))
+    assert list(variables) == ["task"]
+    assert set(dict(ProRefine("question -> answer: float").named_predictors())) >= {"task", "feedback", "optimizer"}
+
+
+def test_loss_text_has_input_prediction_gold_outcome_and_metric_feedback():
+    log = []
+    dspy.configure(lm=make_lm(step_outputs=["GOOD"], log=log))
+
+    def feedback_metric(example, pred, trace=None):
+        return dspy.Prediction(score=float(pred.answer == example.answer), feedback="Count the apples twice.")
+
+    compiled = TextGrad(feedback_metric, batch_size=1, epochs=1, steps_per_epoch=1).compile(
+        dspy.ChainOfThought("question -> answer: float"), trainset=TRAIN[:1])
+    assert [row["val_score"] for row in compiled.textgrad_history] == [0.0, 1.0]  # scored through `score`
+    gradient_prompt = next(text for kind, text in log if kind == "gradient")
+    for piece in ("What is 1 + 1?", "Prediction:", "Expected: 2.0", "Outcome: incorrect", "Count the apples twice."):
+        assert piece in gradient_prompt
