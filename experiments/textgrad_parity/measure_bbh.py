@@ -130,6 +130,41 @@ def main() -> None:
             save()
 
     print_table(out)
+    plot(out, args.out.with_suffix(".png"))
+
+
+def plot(out: dict[str, Any], path: Path) -> None:
+    """Test accuracy with 95% CIs per program, and TextGrad's validation curve (reverted steps marked)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    rows = [("cot", out["cot"])] + [(k, out[k]["test"]) for k in ("textgrad", "gepa") if "test" in out.get(k, {})]
+    for i, (_name, res) in enumerate(rows):
+        ax1.errorbar(i, res["accuracy"], yerr=[[res["accuracy"] - res["ci"][0]], [res["ci"][1] - res["accuracy"]]],
+                     fmt="o", capsize=6)
+    ax1.set_xticks(range(len(rows)), [name for name, _ in rows])
+    ax1.set_ylabel(f"test accuracy (n={len(out['cot']['scores'])}, 95% CI)")
+    ax1.set_ylim(0, 1)
+    ax1.set_xlim(-0.5, len(rows) - 0.5)
+    if "textgrad" in out:
+        hist = out["textgrad"]["history"]
+        ax2.plot([r["step"] for r in hist], accepted_curve(hist), marker="o", label="accepted val")
+        rev = [r for r in hist if r["reverted"]]
+        ax2.scatter([r["step"] for r in rev], [r["val_score"] for r in rev], marker="x", color="red",
+                    label="reverted step (its val)")
+        ax2.set_xlabel("TextGrad step")
+        ax2.set_ylabel("validation accuracy")
+        ax2.set_ylim(0, 1)
+        ax2.legend()
+    fig.suptitle(f"BBH object counting: task {out['config']['task_model']}, "
+                 f"optimizer {out['config']['optimizer_model']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot: {path}")
 
 
 def print_table(out: dict[str, Any]) -> None:
@@ -148,13 +183,22 @@ def print_table(out: dict[str, Any]) -> None:
         print(f"{kind:<10} {test['accuracy']:>9.3f} {_ci(test['ci']):>15} {cmp.diff:>+8.3f} {cmp.p_value:>6.3f} "
               f"{int(total['tokens']):>15} {int(total['calls']):>14}")
     if "textgrad" in out:
-        print("\nTextGrad validation curve (step, val, reverted):")
-        for row in out["textgrad"]["history"]:
-            print(f"  {row['step']:>3} {row['val_score']:.3f} {row['reverted']}")
+        hist = out["textgrad"]["history"]
+        print("\nTextGrad validation curve (step, val of the step's prompt, accepted val, reverted):")
+        for row, accepted in zip(hist, accepted_curve(hist), strict=True):
+            print(f"  {row['step']:>3} {row['val_score']:.3f} {accepted:.3f} {row['reverted']}")
         for kind in ("textgrad", "gepa"):
             if kind in out:
                 roles = {r: int(v["tokens"]) for r, v in out[kind]["compile_usage"].items() if r != "total"}
                 print(f"{kind} compile tokens by role: {roles}")
+
+
+def accepted_curve(history: list[dict[str, Any]]) -> list[float]:
+    """Validation score of the prompt in force after each step (a reverted step keeps the previous one)."""
+    curve: list[float] = []
+    for row in history:
+        curve.append(curve[-1] if row["reverted"] and curve else row["val_score"])
+    return curve
 
 
 def _ci(ci: list[float]) -> str:

@@ -147,7 +147,10 @@ def run_ours(args: argparse.Namespace, train: list, val: list, test: list) -> di
     result = compile_program("textgrad", student, trainset=train, valset=val, metric=metric, seed=args.seed,
                              optimizer_lm=opt_lm, task_lm=task_lm, batch_size=args.batch_size, epochs=args.epochs,
                              steps_per_epoch=args.steps_per_epoch)
-    return {"val": [row["val_score"] for row in result.history], "reverted": [r["reverted"] for r in result.history],
+    accepted: list[float] = []  # the library records the accepted score after a revert; so do we here
+    for row in result.history:
+        accepted.append(accepted[-1] if row["reverted"] else row["val_score"])
+    return {"val": accepted, "reverted": [r["reverted"] for r in result.history],
             "prompt": [row["instructions"]["predict"] for row in result.history], "test_before": before,
             "test_after": score(result.program), "compile_usage": result.usage}
 
