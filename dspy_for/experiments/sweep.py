@@ -137,16 +137,17 @@ def _default_dir() -> Path:
 def make_storage(url: str | None) -> Any:
     """None → a journal file in mlruns/optuna/; an SQLAlchemy URL → RDBStorage with heartbeats."""
     import optuna
-    from optuna.storages import JournalStorage, RDBStorage, RetryFailedTrialCallback
-    from optuna.storages.journal import JournalFileBackend
+    from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
     if url is None or url.startswith("journal:"):
         path = url[len("journal:"):] if url else str(_default_dir() / "journal.log")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(path))
+        # a worker killed while holding the journal lock must not stall the others for long
+        return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path, grace_period=5)))
     try:
         return RDBStorage(url, heartbeat_interval=5, grace_period=20,
-                          failed_trial_callback=RetryFailedTrialCallback(max_retry=3),
+                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
                           engine_kwargs={"pool_pre_ping": True})
     except (ImportError, ModuleNotFoundError) as exc:
         raise ConfigError(f"Storage `{url}` needs a database driver: {exc}. For PostgreSQL install "
@@ -309,6 +310,7 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None) -> N
     """One worker: take trials under the study lock until n_trials are accounted for."""
     import optuna
     from filelock import FileLock
+    from optuna.storages._heartbeat import get_heartbeat_thread
 
     from dspy_for.experiments import sweep_tracking
 
@@ -324,7 +326,9 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None) -> N
             trial.set_user_attr("worker", me)
         state, values, error = optuna.trial.TrialState.COMPLETE, None, None
         try:
-            values = objective(trial)
+            # RDB storages: a heartbeat lets workers on other machines detect this trial if we die
+            with get_heartbeat_thread(trial._trial_id, study._storage):
+                values = objective(trial)
         except optuna.TrialPruned:
             state = optuna.trial.TrialState.PRUNED
         except Exception as exc:  # a failing trial is recorded, the sweep goes on
