@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -173,4 +172,3 @@ def test_four_workers_on_postgresql(tmp_path, monkeypatch, postgres):
 @pytest.mark.postgres
 def test_sigkilled_worker_on_postgresql(tmp_path, monkeypatch, postgres):
     _kill_one_mid_trial(tmp_path, _spec(tmp_path, "pgkill", 4, storage=postgres), monkeypatch)
-    assert json.dumps  # the study lives in PostgreSQL, visible to workers on other machines
