@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dspy_for.errors import ConfigError, DatasetError, DspyForError, MissingDependencyError
 from dspy_for.lm import make_lm, resolve_lm, role, track_usage
+from dspy_for.modules import FORPrompting, ProRefine, SelfConsistency
 
 __version__ = "0.1.0"
 
@@ -11,7 +12,10 @@ __all__ = [
     "ConfigError",
     "DatasetError",
     "DspyForError",
+    "FORPrompting",
     "MissingDependencyError",
+    "ProRefine",
+    "SelfConsistency",
     "__version__",
     "make_lm",
     "resolve_lm",
