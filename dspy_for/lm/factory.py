@@ -104,10 +104,10 @@ class LocalLM(LM):
         )
 
     def _revive(self) -> bool:
-        from dspy_for.lm.server import ensure_server, healthy
+        from dspy_for.lm.server import _alive, ensure_server
 
-        if healthy(self.server):
-            return False
+        if _alive(self.server.pid):
+            return False  # the server is alive (maybe busy): the error is not a dead server
         self.server = ensure_server(self.local_name, n_ctx=self.n_ctx, n_threads=self.n_threads)
         self.kwargs["api_base"] = self.server.base_url
         return True

@@ -196,9 +196,9 @@ def ensure_server(
     state_path, lock_path, _ = _paths(name)
     with FileLock(str(lock_path), timeout=600):
         info = _read_state(state_path)
-        if info is not None and not (_alive(info.pid) and healthy(info)):
-            if info.started_by == "library" and _alive(info.pid):
-                _terminate(info.pid)
+        # a live server process is reused even when it is slow to answer the health check: llama.cpp
+        # serves one request at a time, and a long generation for another process blocks /v1/models
+        if info is not None and not _alive(info.pid):
             state_path.unlink(missing_ok=True)
             info = None
         if info is None:

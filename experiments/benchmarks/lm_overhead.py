@@ -46,7 +46,8 @@ def main() -> None:
 
     print(f"{'path':28s} {'calls':>5s} {'completion tok':>15s} {'wall s':>8s}")
     print(f"{'raw openai client':28s} {len(prompts):5d} {raw_tokens:15d} {raw:8.2f}")
-    print(f"{'dspy-for LM layer (no cache)':28s} {usage.total.calls:5d} {usage.total.completion_tokens:15d} {ours:8.2f}")
+    u = usage.total
+    print(f"{'dspy-for LM layer (no cache)':28s} {u.calls:5d} {u.completion_tokens:15d} {ours:8.2f}")
     print(f"ratio (ours / raw): {ours / raw:.3f}  (target <= 1.10)")
 
 

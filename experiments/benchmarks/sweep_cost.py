@@ -68,7 +68,8 @@ def main() -> None:
         print(f"{host!s:>5s} {'N=3 ref':>8s} {single.calls:6d} {single.cached_calls:7d} {single.tokens:10d} "
               f"{single.cached_tokens:11d}")
         for n, u in rows:
-            print(f"{host!s:>5s} {'N=' + str(n):>8s} {u.calls:6d} {u.cached_calls:7d} {u.tokens:10d} {u.cached_tokens:11d}")
+            print(f"{host!s:>5s} {'N=' + str(n):>8s} {u.calls:6d} {u.cached_calls:7d} {u.tokens:10d} "
+                  f"{u.cached_tokens:11d}")
     for host, (single, rows) in results.items():
         total = single.tokens + sum(u.tokens for _, u in rows)
         print(f"host={host}: tokens spent by the sweep over N in 0..3 (incl. the N=3 run) / N=3 run: "
