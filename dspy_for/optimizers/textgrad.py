@@ -37,7 +37,9 @@ class TextGrad(Teleprompter):
     """Textual-gradient descent on predictor instructions; ``compile`` returns an optimized copy.
 
     The compiled program carries ``textgrad_history`` (one row per step: step, epoch, instruction per
-    variable, train batch score, validation score, reverted) and ``compile_usage`` (per role).
+    variable, train batch score, validation score, reverted, errors) and ``compile_usage`` (per role).
+    A critique or rewrite that fails to parse skips that variable's update (recorded under ``errors``);
+    a step that changed nothing is not re-scored.
     """
 
     def __init__(
@@ -124,6 +126,15 @@ class TextGrad(Teleprompter):
             texts.append(text)
         return texts, sum(scores) / max(1, len(scores))
 
+    def _update(self, name: str, instruction: str, losses: list[str], memory: list[str]) -> tuple[str, str]:
+        """One variable's backward (gradient) and step: returns (gradient text, new instruction)."""
+        grad = self._call(self.gradient, self.gradient_lm, "gradient", role=name, instruction=instruction,
+                          losses=losses)
+        past = memory[-self.gradient_memory:] if self.gradient_memory else []
+        new = self._call(self.step, self.optimizer_lm, "optimizer", instruction=instruction,
+                         feedback=str(grad.feedback), past_feedback=past, constraints=self.constraints)
+        return str(grad.feedback), str(new.new_instruction).strip()
+
     def _call(self, predictor: dspy.Predict, lm: Any, role_name: str, **kwargs: Any) -> dspy.Prediction:
         with role(role_name), dspy.context(lm=lm or dspy.settings.lm):
             return predictor(**kwargs)
@@ -143,7 +154,7 @@ class TextGrad(Teleprompter):
         with track_usage() as usage:
             last_val = self._evaluate(program, val) if self.validation_revert else None
             history.append({"step": 0, "epoch": 0, "instructions": _instructions(variables), "train_score": None,
-                            "val_score": last_val, "reverted": False})
+                            "val_score": last_val, "reverted": False, "errors": {}})
             step = 0
             for epoch in range(1, self.epochs + 1):
                 order = list(trainset)
@@ -153,20 +164,20 @@ class TextGrad(Teleprompter):
                     step += 1
                     losses, train_score = self._losses(program, batch)
                     before = _instructions(variables)
+                    errors: dict[str, str] = {}
                     for name, predictor in variables.items():
-                        grad = self._call(self.gradient, self.gradient_lm, "gradient", role=name,
-                                          instruction=predictor.signature.instructions, losses=losses)
-                        past = memory[name][-self.gradient_memory:] if self.gradient_memory else []
-                        new = self._call(self.step, self.optimizer_lm, "optimizer",
-                                         instruction=predictor.signature.instructions, feedback=str(grad.feedback),
-                                         past_feedback=past, constraints=self.constraints)
-                        memory[name].append(str(grad.feedback))
-                        text = str(new.new_instruction).strip()
+                        try:
+                            feedback, text = self._update(name, predictor.signature.instructions, losses, memory[name])
+                        except Exception as exc:  # an unparsable critique/rewrite skips this variable's update
+                            errors[name] = f"{type(exc).__name__}: {exc}"[:500]
+                            logger.warning("TextGrad step %d: no update for `%s` (%s)", step, name, errors[name])
+                            continue
+                        memory[name].append(feedback)
                         if text:
                             predictor.signature = predictor.signature.with_instructions(text)
                     reverted = False
-                    val_score = None
-                    if self.validation_revert:
+                    val_score = last_val
+                    if self.validation_revert and _instructions(variables) != before:  # unchanged: nothing to score
                         val_score = self._evaluate(program, val)
                         if last_val is not None and val_score < last_val:  # strictly lower: revert (as TextGrad)
                             for name, predictor in variables.items():
@@ -175,7 +186,8 @@ class TextGrad(Teleprompter):
                         else:
                             last_val = val_score
                     history.append({"step": step, "epoch": epoch, "instructions": _instructions(variables),
-                                    "train_score": train_score, "val_score": val_score, "reverted": reverted})
+                                    "train_score": train_score, "val_score": val_score, "reverted": reverted,
+                                    "errors": errors})
                     logger.info("TextGrad step %d (epoch %d): train batch %.3f, val %s%s", step, epoch, train_score,
                                 "-" if val_score is None else f"{val_score:.3f}", " (reverted)" if reverted else "")
         program.textgrad_history = history

@@ -126,3 +126,27 @@ def test_loss_text_has_input_prediction_gold_outcome_and_metric_feedback():
     gradient_prompt = next(text for kind, text in log if kind == "gradient")
     for piece in ("What is 1 + 1?", "Prediction:", "Expected: 2.0", "Outcome: incorrect", "Count the apples twice."):
         assert piece in gradient_prompt
+
+
+def test_an_unparsable_rewrite_skips_the_update_and_the_run_goes_on():
+    calls = {"task": 0}
+    outputs = iter(["not in the output format"] * 2 + [{"new_instruction": "Answer GOOD."}])  # chat, then JSON retry
+
+    def respond(messages, max_tokens):
+        sys = system_text(messages)
+        if "optimization system that improves" in sys:
+            return {"feedback": "Ask for careful addition."}
+        if "Improve the INSTRUCTION" in sys:
+            return next(outputs)
+        calls["task"] += 1
+        n = int(user_text(messages).split("What is ")[1].split(" +")[0])
+        return {"reasoning": "add", "answer": str(2 * n if "GOOD" in sys else 0)}
+
+    dspy.configure(lm=ScriptedLM(respond))
+    compiled = TextGrad(metric, batch_size=1, epochs=1, steps_per_epoch=2).compile(
+        dspy.ChainOfThought("question -> answer: float"), trainset=TRAIN[:2], valset=TRAIN[:3])
+    h = compiled.textgrad_history
+    assert "predict" in h[1]["errors"] and h[2]["errors"] == {}
+    assert h[1]["instructions"] == h[0]["instructions"] and h[1]["val_score"] == 0.0  # not re-scored
+    assert h[2]["instructions"] == {"predict": "Answer GOOD."} and h[2]["val_score"] == 1.0
+    assert calls["task"] == 3 + 1 + 1 + 3  # val, batch, batch, val after the one real update
