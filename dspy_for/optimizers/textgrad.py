@@ -110,7 +110,6 @@ class TextGrad(Teleprompter):
                     pred = program(**ex.inputs())
                     outcome = self.metric(ex, pred)
                 except Exception as exc:  # a failed item is a loss too
-                    pred, outcome = None, 0.0
                     texts.append(f"Input: {dict(ex.inputs())}\nThe program failed: {exc}")
                     scores.append(0.0)
                     continue
