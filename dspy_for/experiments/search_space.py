@@ -45,6 +45,19 @@ class Param:
             return trial.suggest_float(self.name, float(self.low), float(self.high), step=self.step, log=self.log)
         return trial.suggest_categorical(self.name, list(self.choices))
 
+    def contains(self, value: Any) -> bool:
+        if self.type == "categorical":
+            return any(value == c and type(value) is type(c) for c in self.choices)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.type == "int" and not isinstance(value, int):
+            return False
+        inside = float(self.low) <= value <= float(self.high)
+        if inside and self.step:
+            q = (value - float(self.low)) / float(self.step)
+            inside = abs(q - round(q)) < 1e-9
+        return inside
+
 
 @dataclass(frozen=True)
 class SearchSpace:
@@ -56,6 +69,21 @@ class SearchSpace:
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.params]
+
+    def validate_point(self, point: Mapping[str, Any], where: str = "enqueue") -> dict[str, Any]:
+        """A configuration to evaluate as-is (e.g. the paper's default): every searched option, in range."""
+        names = set(self.names)
+        if set(point) != names:
+            missing, extra = sorted(names - set(point)), sorted(set(point) - names)
+            raise ConfigError(f"`{where}` entry {dict(point)!r} must set exactly the searched options "
+                              f"{sorted(names)} (missing {missing}, not searched {extra}); put options that "
+                              "are not searched under `fixed`.")
+        for p in self.params:
+            if not p.contains(point[p.name]):
+                rng = list(p.choices) if p.type == "categorical" else f"[{p.low}, {p.high}] step {p.step or 1}"
+                raise ConfigError(f"`{where}` sets `{p.name}` = {point[p.name]!r}, outside its search range "
+                                  f"{rng}. Widen `[search.{p.name}]` or fix the value.")
+        return dict(point)
 
 
 def parse_search_space(method: str, search: Mapping[str, Any]) -> SearchSpace:

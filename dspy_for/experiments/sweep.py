@@ -56,6 +56,7 @@ class SweepSpec:
     tracking_uri: str | None = None
     num_threads: int = 1
     test_split: str = "test"
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def space(self) -> SearchSpace:
@@ -72,7 +73,9 @@ class SweepSpec:
         spec = get_method(self.method)
         spec.validate_options(self.fixed)
         spec.validate_roles(self.role_lms)
-        self.space  # noqa: B018 - parses and validates the search space
+        space = self.space
+        for point in self.enqueue:
+            space.validate_point(point)
         if self.dataset.split not in dataset_info(self.dataset.name).splits:
             raise ConfigError(f"Unknown split `{self.dataset.split}` for dataset `{self.dataset.name}`.")
         if self.objectives not in (["accuracy"], ["accuracy", "tokens_per_item"]):
@@ -395,7 +398,10 @@ def sweep(config: SweepSpec | str | Path | None = None, *, workers: int = 1, fin
     from dspy_for.experiments import sweep_tracking
 
     spec = config if isinstance(config, SweepSpec) else load_sweep_spec(config, **overrides)
-    open_study(spec)  # create it before workers race to
+    study = open_study(spec)  # create it before workers race to
+    if spec.enqueue and not study.get_trials(deepcopy=False):  # a resumed study has them already
+        for point in spec.enqueue:
+            study.enqueue_trial(point, user_attrs={"enqueued": True})
     parent = sweep_tracking.start_parent(spec)
     study = run_study(spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout)
     result = SweepResult(spec=spec, study=study, parent_run_id=parent)

@@ -39,3 +39,19 @@ def test_bad_spaces_are_clear_errors(search, message):
 def test_options_of_another_method_are_rejected():
     with pytest.raises(ConfigError, match="Searchable options"):
         parse_search_space("prorefine", {"rounds": {"type": "int", "low": 0, "high": 2}})
+
+
+def test_enqueued_points_are_checked_against_the_space():
+    space = parse_search_space("prorefine", {
+        "k": {"type": "int", "low": 5, "high": 50, "step": 5},
+        "verifier": {"type": "categorical", "choices": ["none", "llm"]},
+    })
+    assert space.validate_point({"k": 10, "verifier": "none"}) == {"k": 10, "verifier": "none"}
+    with pytest.raises(ConfigError, match="`k` = 12, outside"):
+        space.validate_point({"k": 12, "verifier": "none"})
+    with pytest.raises(ConfigError, match="`verifier` = 'oracle', outside"):
+        space.validate_point({"k": 10, "verifier": "oracle"})
+    with pytest.raises(ConfigError, match=r"missing \['verifier'\]"):
+        space.validate_point({"k": 10})
+    with pytest.raises(ConfigError, match=r"not searched \['n'\]"):
+        space.validate_point({"k": 10, "verifier": "none", "n": 3})

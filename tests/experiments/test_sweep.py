@@ -160,3 +160,18 @@ def _bad(tmp_path, text):
     p = tmp_path / "bad.toml"
     p.write_text(text)
     return p
+
+
+def test_enqueued_baselines_run_first_and_once(fake_lm, tmp_path):
+    cfg = _write(tmp_path, study="q")
+    text = cfg.read_text().replace('[dataset]', 'enqueue = [{ rounds = 3, host = true }, { rounds = 0, host = false }]'
+                                   '\n[dataset]', 1)
+    cfg.write_text(text)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result = sweep(cfg, tracking_uri=uri, n_trials=3)
+    trials = result.study.trials
+    assert [t.params for t in trials[:2]] == [{"rounds": 3, "host": True}, {"rounds": 0, "host": False}]
+    assert all(t.user_attrs.get("enqueued") for t in trials[:2]) and not trials[2].user_attrs.get("enqueued")
+    resumed = sweep(cfg, tracking_uri=uri, n_trials=4)  # a resumed study does not enqueue them again
+    assert sum(bool(t.user_attrs.get("enqueued")) for t in resumed.study.trials) == 2
+    assert resumed.counts == {"COMPLETE": 4}
