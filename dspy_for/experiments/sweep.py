@@ -268,12 +268,15 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Obje
         program = build_method(spec.method, sig, lm=lm, role_lms=role_lms, **options)
         scores: list[float] = []
         usage = Usage()
+        failed = 0
         for step, start in enumerate(range(0, len(examples), spec.chunk_size)):
             chunk = examples[start:start + spec.chunk_size]
             res = evaluate_method(program, chunk, metric=metric, num_threads=spec.num_threads, progress=False,
                                   pass_labels=bool(getattr(program, "uses_labels", False)))
             scores.extend(res.scores)
             usage.merge(res.usage)
+            failed += res.n_failed
+            trial.set_user_attr("n_failed", failed)  # items whose call raised (scored 0), not wrong answers
             accuracy = sum(scores) / len(scores)
             trial.set_user_attr("intermediate", [*trial.user_attrs.get("intermediate", []), accuracy])
             if not spec.multi:
