@@ -261,7 +261,7 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Obje
     def objective(trial: Any) -> Any:
         params = space.suggest(trial)
         options = {**spec.fixed, **params}
-        temperature = options.pop("temperature", 0.0)
+        temperature = _lm_temperature(spec.method, options)
         lm_opts = {"max_tokens": spec.max_tokens, "temperature": temperature}
         lm = make_lm(spec.lm, **lm_opts)
         role_lms = {r: make_lm(s, **lm_opts) for r, s in spec.role_lms.items()}
@@ -290,6 +290,15 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Obje
         return accuracy if not spec.multi else (accuracy, tokens)
 
     return objective
+
+
+def _lm_temperature(method: str, options: dict[str, Any]) -> float:
+    """``temperature`` is the LMs' unless the method has an option of that name (self-consistency)."""
+    from dspy_for.experiments.methods import get_method
+
+    if "temperature" in get_method(method).defaults:
+        return 0.0
+    return float(options.pop("temperature", 0.0))
 
 
 def _record_usage(trial: Any, usage: Any, n: int) -> None:
@@ -425,7 +434,7 @@ def _final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
 
     best = study.best_trial
     options = {**spec.fixed, **best.params}
-    temperature = options.pop("temperature", 0.0)
+    temperature = _lm_temperature(spec.method, options)
     lm = make_lm(spec.lm, max_tokens=spec.max_tokens, temperature=temperature)
     role_lms = {r: make_lm(s, max_tokens=spec.max_tokens, temperature=temperature) for r, s in spec.role_lms.items()}
     d = spec.dataset

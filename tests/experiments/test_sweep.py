@@ -175,3 +175,12 @@ def test_enqueued_baselines_run_first_and_once(fake_lm, tmp_path):
     resumed = sweep(cfg, tracking_uri=uri, n_trials=4)  # a resumed study does not enqueue them again
     assert sum(bool(t.user_attrs.get("enqueued")) for t in resumed.study.trials) == 2
     assert resumed.counts == {"COMPLETE": 4}
+
+
+def test_temperature_goes_to_the_lms_unless_the_method_owns_it():
+    from dspy_for.experiments.sweep import _lm_temperature
+
+    options = {"rounds": 2, "temperature": 0.7}
+    assert _lm_temperature("for", options) == 0.7 and options == {"rounds": 2}
+    options = {"k": 5, "temperature": 0.9}  # self-consistency samples at its own temperature
+    assert _lm_temperature("self_consistency", options) == 0.0 and options == {"k": 5, "temperature": 0.9}
