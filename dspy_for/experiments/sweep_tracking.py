@@ -16,7 +16,14 @@ from dspy_for.experiments import tracking
 if TYPE_CHECKING:
     from dspy_for.experiments.sweep import SweepSpec
 
-__all__ = ["finish_parent", "log_trial", "start_parent"]
+__all__ = ["finish_parent", "hide_password", "log_trial", "start_parent"]
+
+
+def hide_password(url: str | None) -> str | None:
+    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db`` (URLs go to MLflow params)."""
+    import re
+
+    return None if url is None else re.sub(r"(://[^/@:]*:)[^/]*@", r"\1***@", url)
 
 
 def _client(spec: SweepSpec) -> tuple[Any, str]:
@@ -41,7 +48,10 @@ def start_parent(spec: SweepSpec) -> str:
         return run_id
     run = client.create_run(exp_id, run_name=f"sweep-{spec.study}",
                             tags={"dspy_for.kind": "sweep", "dspy_for.study": spec.study})
-    params = tracking.safe_params({"sweep": asdict(spec), **tracking.environment_params()})
+    config = asdict(spec)
+    for key in ("storage", "tracking_uri"):
+        config[key] = hide_password(config[key])
+    params = tracking.safe_params({"sweep": config, **tracking.environment_params()})
     for k, v in params.items():
         client.log_param(run.info.run_id, k, v)
     return run.info.run_id

@@ -184,3 +184,16 @@ def test_temperature_goes_to_the_lms_unless_the_method_owns_it():
     assert _lm_temperature("for", options) == 0.7 and options == {"rounds": 2}
     options = {"k": 5, "temperature": 0.9}  # self-consistency samples at its own temperature
     assert _lm_temperature("self_consistency", options) == 0.0 and options == {"k": 5, "temperature": 0.9}
+
+
+def test_storage_password_never_reaches_mlflow(fake_lm, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from dspy_for.experiments import sweep_tracking
+
+    spec = load_sweep_spec(_write(tmp_path, study="pw"), tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    spec.storage = "postgresql+psycopg2://sweeper:hunter2-secret@db.example:5432/optuna"
+    run_id = sweep_tracking.start_parent(spec)
+    run = MlflowClient(spec.tracking_uri).get_run(run_id)
+    logged = " ".join(f"{k}={v}" for k, v in {**run.data.params, **run.data.tags}.items())
+    assert "sweeper:***@db.example" in logged and "hunter2" not in logged
