@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -97,7 +98,10 @@ def serve(name: Annotated[str, typer.Argument(help="Model name, e.g. qwen2.5-cod
 
     try:
         console.print(f"starting {name} … (Ctrl-C stops it)")
-        serve_forever(name, port=port, n_ctx=n_ctx, n_threads=threads)
+        serve_forever(name, port=port, n_ctx=n_ctx, n_threads=threads,
+                      on_ready=lambda info: console.print(
+                          f"serving [bold]{info.alias}[/] at {info.base_url} (pid {info.pid}); "
+                          f"use `--lm local/{name}` in other processes", soft_wrap=True))
     except DspyForError as exc:
         _fail(exc)
     console.print(f"stopped {alias_for(name)}")
@@ -211,8 +215,14 @@ def sweep(
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
     from rich.table import Table
 
+    from dspy_for.experiments.sweep import logger as sweep_logger
     from dspy_for.experiments.sweep import sweep as run_sweep
 
+    if not sweep_logger.handlers:  # one progress line per chunk and per finished trial
+        from rich.logging import RichHandler
+
+        sweep_logger.addHandler(RichHandler(console=console, show_path=False))
+        sweep_logger.setLevel(logging.INFO)
     try:
         result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, n_trials=n_trials,
                            storage=storage, study=study, limit=limit, lm=lm, role_lms=role_lm or None,

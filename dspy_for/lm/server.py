@@ -25,8 +25,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dspy_for.errors import ServerError, require
 from dspy_for.lm.registry import get_model, model_path
@@ -261,9 +263,16 @@ def _terminate(pid: int, grace: float = 5.0) -> None:
 
 
 def serve_forever(name: str, *, port: int | None = None, n_ctx: int = DEFAULT_N_CTX,
-                  n_threads: int | None = None) -> ServerInfo:
-    """Run a server in the foreground for other processes (``dspy-for serve``); returns when it exits."""
+                  n_threads: int | None = None,
+                  on_ready: Callable[[ServerInfo], None] | None = None) -> ServerInfo:
+    """Run a server in the foreground for other processes (``dspy-for serve``); returns when it exits.
+
+    Ctrl-C or SIGTERM stops the server; library processes never stop it (``started_by = "serve"``).
+    """
     from filelock import FileLock
+
+    def _on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
 
     state_path, lock_path, _ = _paths(name)
     with FileLock(str(lock_path), timeout=600):
@@ -275,10 +284,14 @@ def serve_forever(name: str, *, port: int | None = None, n_ctx: int = DEFAULT_N_
             )
         info, proc = start_server(name, port=port, n_ctx=n_ctx, n_threads=n_threads, started_by="serve")
         _write_state(state_path, info)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        if on_ready is not None:
+            on_ready(info)
         proc.wait()
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         stop_server(name)
     return info

@@ -100,3 +100,30 @@ def test_killed_server_is_restarted_on_the_next_call(server_dir):
     time.sleep(0.5)
     assert lm("Say hi.", max_tokens=5)  # revived transparently
     assert lm.server.pid != old and server.healthy(lm.server)
+
+
+def test_serve_runs_a_server_the_library_uses_but_never_stops(server_dir):
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    serve = subprocess.Popen([sys.executable, "-m", "dspy_for.cli", "serve", MODEL], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        state_path = server_dir / f"{MODEL}.json"
+        deadline = time.time() + 120
+        while not state_path.exists() and serve.poll() is None and time.time() < deadline:
+            time.sleep(0.3)
+        assert state_path.exists(), serve.stdout.read() if serve.poll() is not None else "serve did not start"
+        served = json.loads(state_path.read_text())
+        assert served["started_by"] == "serve"
+        info = server.ensure_server(MODEL)
+        assert info.pid == served["pid"] and os.getpid() in info.leases  # reused, not a second server
+        server.release_server(MODEL)  # the last library lease goes away ...
+        assert server._alive(served["pid"]) and server.healthy(info)  # ... and the served server stays up
+        serve.send_signal(signal.SIGTERM)  # stopping `serve` stops its server
+        serve.wait(timeout=30)
+        deadline = time.time() + 20
+        while server._alive(served["pid"]) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not server._alive(served["pid"]) and not state_path.exists()
+    finally:
+        if serve.poll() is None:
+            serve.kill()
