@@ -279,6 +279,8 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Obje
             trial.set_user_attr("n_failed", failed)  # items whose call raised (scored 0), not wrong answers
             accuracy = sum(scores) / len(scores)
             trial.set_user_attr("intermediate", [*trial.user_attrs.get("intermediate", []), accuracy])
+            logger.info("trial %d %s: %d/%d items, accuracy %.3f", trial.number, params, len(scores),
+                        len(examples), accuracy)
             if not spec.multi:
                 trial.report(accuracy, step)
                 if trial.should_prune():
@@ -354,12 +356,19 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None) -> N
         else:
             study.tell(trial, state=state)
         sweep_tracking.log_trial(spec, study, trial.number, parent_run_id, error=error)
+        logger.info("trial %d %s: %s, values %s, %.0f tokens/item", trial.number, trial.params, state.name,
+                    values, trial.user_attrs.get("tokens_per_item", 0.0))
 
 
 def _worker_entry(spec_dict: dict[str, Any], objective_path: str | None, parent_run_id: str | None,
                   cwd: str) -> None:
     os.chdir(cwd)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    if not logger.handlers:  # a spawned worker: its progress lines go to stderr like the parent's
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(f"[worker {os.getpid()}] %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     spec = _spec_from_dict(spec_dict)
     _work(spec, _load_objective(spec, objective_path, parent_run_id), parent_run_id)
 
