@@ -23,7 +23,7 @@ from typing import Any
 
 from dspy_for.errors import ConfigError
 
-__all__ = ["Param", "SearchSpace", "parse_search_space"]
+__all__ = ["MethodChoice", "Param", "SearchSpace", "parse_method_choice", "parse_search_space"]
 
 EXTRA_OPTIONS = ("temperature",)
 
@@ -38,12 +38,13 @@ class Param:
     log: bool = False
     choices: tuple[Any, ...] = ()
 
-    def suggest(self, trial: Any) -> Any:
+    def suggest(self, trial: Any, key: str | None = None) -> Any:
+        key = key or self.name
         if self.type == "int":
-            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+            return trial.suggest_int(key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
         if self.type == "float":
-            return trial.suggest_float(self.name, float(self.low), float(self.high), step=self.step, log=self.log)
-        return trial.suggest_categorical(self.name, list(self.choices))
+            return trial.suggest_float(key, float(self.low), float(self.high), step=self.step, log=self.log)
+        return trial.suggest_categorical(key, list(self.choices))
 
     def contains(self, value: Any) -> bool:
         if self.type == "categorical":
@@ -133,3 +134,48 @@ def parse_search_space(method: str, search: Mapping[str, Any]) -> SearchSpace:
         else:
             raise ConfigError(f"{where}: `type` must be \"int\", \"float\" or \"categorical\", got {kind!r}.")
     return SearchSpace(tuple(params))
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """Several methods in one study: ``method`` is searched and each method's options are conditional on it.
+
+    Optuna names a method's options ``"<method>.<option>"`` (e.g. ``for.rounds``, ``prorefine.k``).
+    """
+
+    spaces: dict[str, SearchSpace]
+
+    def suggest(self, trial: Any) -> tuple[str, dict[str, Any]]:
+        method = trial.suggest_categorical("method", list(self.spaces))
+        return method, {p.name: p.suggest(trial, f"{method}.{p.name}") for p in self.spaces[method].params}
+
+    def decode(self, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        method = params["method"]
+        prefix = f"{method}."
+        return method, {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+    def validate_point(self, point: Mapping[str, Any], where: str = "enqueue") -> dict[str, Any]:
+        """``{method = "for", rounds = 1, ...}`` → the trial's parameters ``{"method": "for", "for.rounds": 1}``."""
+        rest = dict(point)
+        method = rest.pop("method", None)
+        if method not in self.spaces:
+            raise ConfigError(f"`{where}` entry {dict(point)!r} needs `method` = one of {list(self.spaces)}.")
+        checked = self.spaces[method].validate_point(rest, where) if self.spaces[method].params else {}
+        if not self.spaces[method].params and rest:
+            raise ConfigError(f"`{where}` entry {dict(point)!r}: method `{method}` has no searched options.")
+        return {"method": method, **{f"{method}.{k}": v for k, v in checked.items()}}
+
+
+def parse_method_choice(methods: list[str], search: Mapping[str, Any]) -> MethodChoice:
+    """``[search.<method>.<option>]`` tables for a study over several methods (a method may have none)."""
+    from dspy_for.experiments.methods import get_method
+
+    if len(set(methods)) != len(methods) or len(methods) < 2:
+        raise ConfigError(f"`method` as a list needs at least two distinct methods, got {methods!r}.")
+    for m in methods:
+        get_method(m)
+    unknown = sorted(set(search) - set(methods))
+    if unknown:
+        raise ConfigError(f"`[search.{unknown[0]}]`: with several methods, [search] has one table per method "
+                          f"({', '.join(methods)}), e.g. [search.{methods[0]}.<option>].")
+    return MethodChoice({m: parse_search_space(m, search[m]) if search.get(m) else SearchSpace(()) for m in methods})

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.search_space import SearchSpace, parse_search_space
+from dspy_for.experiments.search_space import MethodChoice, SearchSpace, parse_method_choice, parse_search_space
 from dspy_for.experiments.spec import DatasetConfig, parse_role_lms
 
 __all__ = ["SweepResult", "SweepSpec", "load_sweep_spec", "make_storage", "run_study", "sweep"]
@@ -37,7 +37,7 @@ _HOST = socket.gethostname()
 
 @dataclass
 class SweepSpec:
-    method: str
+    method: str | list[str]  # a list: the method is searched too (e.g. FOR vs ProRefine on one Pareto front)
     dataset: DatasetConfig
     search: dict[str, Any]
     fixed: dict[str, Any] = field(default_factory=dict)
@@ -59,8 +59,37 @@ class SweepSpec:
     enqueue: list[dict[str, Any]] = field(default_factory=list)
 
     @property
-    def space(self) -> SearchSpace:
-        return parse_search_space(self.method, self.search)
+    def space(self) -> SearchSpace | MethodChoice:
+        if isinstance(self.method, str):
+            return parse_search_space(self.method, self.search)
+        return parse_method_choice(list(self.method), self.search)
+
+    @property
+    def methods(self) -> list[str]:
+        return [self.method] if isinstance(self.method, str) else list(self.method)
+
+    def fixed_for(self, method: str) -> dict[str, Any]:
+        """Options held constant: ``[fixed]`` (one method) or ``[fixed.<method>]`` (several)."""
+        return dict(self.fixed) if isinstance(self.method, str) else dict(self.fixed.get(method, {}))
+
+    def role_lms_for(self, method: str) -> dict[str, str]:
+        from dspy_for.experiments.methods import get_method
+
+        roles = get_method(method).roles
+        return {r: lm for r, lm in self.role_lms.items() if r in roles}
+
+    def suggest(self, trial: Any) -> tuple[str, dict[str, Any]]:
+        space = self.space
+        if isinstance(space, MethodChoice):
+            return space.suggest(trial)
+        return str(self.method), space.suggest(trial)
+
+    def decode(self, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """A trial's parameters → (method, its options)."""
+        space = self.space
+        if isinstance(space, MethodChoice):
+            return space.decode(params)
+        return str(self.method), dict(params)
 
     @property
     def multi(self) -> bool:
@@ -70,10 +99,21 @@ class SweepSpec:
         from dspy_for.datasets import dataset_info
         from dspy_for.experiments.methods import get_method
 
-        spec = get_method(self.method)
-        spec.validate_options(self.fixed)
-        spec.validate_roles(self.role_lms)
-        space = self.space
+        if not isinstance(self.method, str) and not (
+                isinstance(self.method, list) and all(isinstance(m, str) for m in self.method)):
+            raise ConfigError(f"`method` must be a method name or a list of them, got {self.method!r}.")
+        space = self.space  # parses and validates the search space (and the method names)
+        if not isinstance(self.method, str):
+            extra = sorted(set(self.fixed) - set(self.methods))
+            if extra or not all(isinstance(v, dict) for v in self.fixed.values()):
+                raise ConfigError("With several methods, `[fixed]` has one table per method, e.g. "
+                                  f"[fixed.{self.methods[0]}]; got `{extra[0] if extra else self.fixed}`.")
+        for m in self.methods:
+            get_method(m).validate_options(self.fixed_for(m))
+        all_roles = {r for m in self.methods for r in get_method(m).roles}
+        unknown_roles = sorted(set(self.role_lms) - all_roles)
+        if unknown_roles:
+            get_method(self.methods[0]).validate_roles({unknown_roles[0]: None})
         for point in self.enqueue:
             space.validate_point(point)
         if self.dataset.split not in dataset_info(self.dataset.name).splits:
@@ -256,16 +296,15 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Obje
         examples = examples[: d.first]
     metric = metric_for(d.name)
     sig = signature_for(d.name)
-    space = spec.space
 
     def objective(trial: Any) -> Any:
-        params = space.suggest(trial)
-        options = {**spec.fixed, **params}
-        temperature = _lm_temperature(spec.method, options)
+        method, params = spec.suggest(trial)
+        options = {**spec.fixed_for(method), **params}
+        temperature = _lm_temperature(method, options)
         lm_opts = {"max_tokens": spec.max_tokens, "temperature": temperature}
         lm = make_lm(spec.lm, **lm_opts)
-        role_lms = {r: make_lm(s, **lm_opts) for r, s in spec.role_lms.items()}
-        program = build_method(spec.method, sig, lm=lm, role_lms=role_lms, **options)
+        role_lms = {r: make_lm(s, **lm_opts) for r, s in spec.role_lms_for(method).items()}
+        program = build_method(method, sig, lm=lm, role_lms=role_lms, **options)
         scores: list[float] = []
         usage = Usage()
         failed = 0
@@ -421,8 +460,9 @@ def sweep(config: SweepSpec | str | Path | None = None, *, workers: int = 1, fin
     spec = config if isinstance(config, SweepSpec) else load_sweep_spec(config, **overrides)
     study = open_study(spec)  # create it before workers race to
     if spec.enqueue and not study.get_trials(deepcopy=False):  # a resumed study has them already
+        space = spec.space
         for point in spec.enqueue:
-            study.enqueue_trial(point, user_attrs={"enqueued": True})
+            study.enqueue_trial(space.validate_point(point), user_attrs={"enqueued": True})
     parent = sweep_tracking.start_parent(spec)
     study = run_study(spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout)
     result = SweepResult(spec=spec, study=study, parent_run_id=parent)
@@ -442,14 +482,16 @@ def _final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
     from dspy_for.metrics import metric_for
 
     best = study.best_trial
-    options = {**spec.fixed, **best.params}
-    temperature = _lm_temperature(spec.method, options)
+    method, params = spec.decode(best.params)
+    options = {**spec.fixed_for(method), **params}
+    temperature = _lm_temperature(method, options)
     lm = make_lm(spec.lm, max_tokens=spec.max_tokens, temperature=temperature)
-    role_lms = {r: make_lm(s, max_tokens=spec.max_tokens, temperature=temperature) for r, s in spec.role_lms.items()}
+    role_lms = {r: make_lm(s, max_tokens=spec.max_tokens, temperature=temperature)
+                for r, s in spec.role_lms_for(method).items()}
     d = spec.dataset
     examples = load_dataset(d.name, spec.test_split, data_dir=d.data_dir, limit=d.limit, seed=d.seed)
-    program = build_method(spec.method, signature_for(d.name), lm=lm, role_lms=role_lms, **options)
+    program = build_method(method, signature_for(d.name), lm=lm, role_lms=role_lms, **options)
     res = evaluate_method(program, examples, metric=metric_for(d.name), num_threads=spec.num_threads)
     lo, hi = res.ci
-    return {"params": best.params, "accuracy": res.accuracy, "ci_low": lo, "ci_high": hi,
+    return {"method": method, "params": params, "accuracy": res.accuracy, "ci_low": lo, "ci_high": hi,
             "tokens_per_item": res.tokens_per_item, "n": res.n}

@@ -69,7 +69,8 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
                                   **({"retry_of": str(trial.user_attrs["retry_of"])}
                                      if "retry_of" in trial.user_attrs else {})})
     rid = run.info.run_id
-    for k, v in tracking.safe_params({"params": trial.params, "method": spec.method}).items():
+    method = spec.decode(trial.params)[0] if trial.params else spec.method
+    for k, v in tracking.safe_params({"params": trial.params, "method": method}).items():
         client.log_param(rid, k, v)
     for step, value in enumerate(trial.user_attrs.get("intermediate", [])):
         client.log_metric(rid, "intermediate_accuracy", value, step=step)

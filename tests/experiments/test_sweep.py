@@ -197,3 +197,54 @@ def test_storage_password_never_reaches_mlflow(fake_lm, tmp_path, monkeypatch):
     run = MlflowClient(spec.tracking_uri).get_run(run_id)
     logged = " ".join(f"{k}={v}" for k, v in {**run.data.params, **run.data.tags}.items())
     assert "sweeper:***@db.example" in logged and "hunter2" not in logged
+
+
+MULTI = """
+method = ["for", "cot"]
+study = "m"
+lm = "openai/fake"
+n_trials = 6
+chunk_size = 3
+objectives = ["accuracy", "tokens_per_item"]
+sampler = "nsga2"
+enqueue = [{ method = "for", rounds = 2 }, { method = "cot" }]
+[fixed.for]
+host = false
+[dataset]
+name = "gsm8k"
+split = "sample"
+first = 3
+[search.for.rounds]
+type = "int"
+low = 0
+high = 3
+"""
+
+
+def test_several_methods_in_one_pareto_study(fake_lm, tmp_path):
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(MULTI)
+    result = sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    trials = result.study.trials
+    assert result.counts == {"COMPLETE": 6}
+    assert trials[0].params == {"method": "for", "for.rounds": 2} and trials[1].params == {"method": "cot"}
+    assert result.spec.decode(trials[0].params) == ("for", {"rounds": 2})
+    for t in trials:  # FOR's options only exist on FOR trials
+        assert ("for.rounds" in t.params) == (t.params["method"] == "for")
+    tokens = {t.params["method"]: t.values[1] for t in trials[:2]}
+    assert tokens["for"] > tokens["cot"]  # two debate rounds cost more than one chain of thought
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [(("[fixed.for]", "[fixed.cot]\nrounds = 1\n[fixed.for]"), "Unknown option `rounds` for method `cot`"),
+     (("[search.for.rounds]", "[search.rounds]"), r"one table per method"),
+     (('{ method = "cot" }', '{ method = "refine" }'), "needs `method` = one of"),
+     (('method = ["for", "cot"]', 'method = ["for"]'), "at least two distinct methods"),
+     (('lm = "openai/fake"', 'lm = "openai/fake"\nrole_lms = { critic = "openai/x" }'), "has no role `critic`")],
+)
+def test_bad_multi_method_configs(tmp_path, edit, message):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(MULTI.replace(*edit, 1))
+    with pytest.raises(ConfigError, match=message):
+        load_sweep_spec(cfg)
