@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = ["TextGrad"]
 
 logger = logging.getLogger(__name__)
 _METADATA = ("id", "split", "source", "dataset")
+_FIELD_MARKER = re.compile(r"\[\[ ## \w+ ## \]\]")  # DSPy's field delimiters, sometimes echoed by small models
 
 
 class TextGrad(Teleprompter):
@@ -132,7 +134,7 @@ class TextGrad(Teleprompter):
         past = memory[-self.gradient_memory:] if self.gradient_memory else []
         new = self._call(self.step, self.optimizer_lm, "optimizer", instruction=instruction,
                          feedback=str(grad.feedback), past_feedback=past, constraints=self.constraints)
-        return str(grad.feedback), str(new.new_instruction).strip()
+        return str(grad.feedback), _FIELD_MARKER.sub("", str(new.new_instruction)).strip()
 
     def _call(self, predictor: dspy.Predict, lm: Any, role_name: str, **kwargs: Any) -> dspy.Prediction:
         with role(role_name), dspy.context(lm=lm or dspy.settings.lm):

@@ -54,7 +54,7 @@ def test_a_step_that_lowers_val_is_reverted_and_one_that_raises_it_is_kept():
 
 
 def test_equal_val_is_kept_strictly_lower_reverts():
-    lm = make_lm(step_outputs=["Still GOOD."])
+    lm = make_lm(step_outputs=["Still GOOD. [[ ## completed ## ]]"])  # echoed DSPy markers are stripped
     dspy.configure(lm=lm)
     student = dspy.ChainOfThought("question -> answer: float")
     student.predict.signature = student.predict.signature.with_instructions("GOOD")
