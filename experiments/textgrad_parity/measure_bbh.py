@@ -171,6 +171,7 @@ def print_table(out: dict[str, Any]) -> None:
     base = out["cot"]["scores"]
     print(f"\nBBH object counting, test n={len(base)}; task {out['config']['task_model']}, "
           f"optimizer {out['config']['optimizer_model']}")
+    print("(compile tokens count cache hits too: a resumed run replays earlier calls from the DSPy cache)")
     print(f"{'program':<10} {'test acc':>9} {'95% CI':>15} {'vs CoT':>8} {'p':>6} {'compile tokens':>15} "
           f"{'compile calls':>14}")
     print(f"{'cot':<10} {out['cot']['accuracy']:>9.3f} {_ci(out['cot']['ci']):>15} {'':>8} {'':>6} {0:>15} {0:>14}")
@@ -181,7 +182,7 @@ def print_table(out: dict[str, Any]) -> None:
         cmp = paired_comparison(test["scores"], base)
         total = out[kind]["compile_usage"]["total"]
         print(f"{kind:<10} {test['accuracy']:>9.3f} {_ci(test['ci']):>15} {cmp.diff:>+8.3f} {cmp.p_value:>6.3f} "
-              f"{int(total['tokens']):>15} {int(total['calls']):>14}")
+              f"{int(total['tokens'] + total['cached_tokens']):>15} {int(total['calls']):>14}")
     if "textgrad" in out:
         hist = out["textgrad"]["history"]
         print("\nTextGrad validation curve (step, val of the step's prompt, accepted val, reverted):")
@@ -189,7 +190,8 @@ def print_table(out: dict[str, Any]) -> None:
             print(f"  {row['step']:>3} {row['val_score']:.3f} {accepted:.3f} {row['reverted']}")
         for kind in ("textgrad", "gepa"):
             if kind in out:
-                roles = {r: int(v["tokens"]) for r, v in out[kind]["compile_usage"].items() if r != "total"}
+                roles = {r: int(v["tokens"] + v["cached_tokens"]) for r, v in out[kind]["compile_usage"].items()
+                         if r != "total"}
                 print(f"{kind} compile tokens by role: {roles}")
 
 

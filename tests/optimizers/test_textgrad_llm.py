@@ -24,7 +24,10 @@ def test_two_real_steps_on_six_training_items():
     h = compiled.textgrad_history
     assert [row["step"] for row in h] == [0, 1, 2]
     assert all(isinstance(row["val_score"], float) for row in h)
-    assert compiled.compile_usage["gradient"]["calls"] == 2 and compiled.compile_usage["optimizer"]["calls"] == 2
+    usage = compiled.compile_usage
+    assert usage["gradient"]["calls"] >= 2  # one critique per step (an unparsable one is retried as JSON)
+    assert usage["task"]["calls"] >= 3 + 2 * 3  # initial val + two minibatches
+    assert usage["total"]["prompt_tokens"] + usage["total"]["cached_prompt_tokens"] > 0
     for row in h[1:]:  # a kept step changed the instruction, a reverted one restored it
         if row["reverted"]:
             assert row["instructions"] == h[h.index(row) - 1]["instructions"]
