@@ -45,7 +45,7 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return (min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half)))  # p inside, despite rounding
 
 
 def bootstrap_interval(

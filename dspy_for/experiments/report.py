@@ -108,7 +108,8 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
         fig, ax = plt.subplots(figsize=(6, 4))
         for label, r in by_label.items():
             acc, lo, hi = mean_with_ci(r.scores)
-            ax.errorbar([r.tokens_per_item], [acc], yerr=[[acc - lo], [hi - acc]], fmt="o", capsize=4, label=label)
+            ax.errorbar([r.tokens_per_item], [acc], yerr=[[max(0.0, acc - lo)], [max(0.0, hi - acc)]], fmt="o",
+                        capsize=4, label=label)
             ax.annotate(label, (r.tokens_per_item, acc), textcoords="offset points", xytext=(5, 5), fontsize=8)
         ax.set_xlabel("tokens per item (prompt + completion, cold-cache cost)")
         ax.set_ylabel("accuracy (95% CI)")
@@ -123,8 +124,8 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
             acc = round_accuracy(r.items, metric)
             fig2, ax2 = plt.subplots(figsize=(5, 3.5))
             xs = list(range(len(acc)))
-            ax2.errorbar(xs, [a for a, _, _ in acc], yerr=[[a - lo for a, lo, _ in acc], [hi - a for a, _, hi in acc]],
-                         fmt="-o", capsize=4, label="Defender A_r (no Host)")
+            yerr = [[max(0.0, a - lo) for a, lo, _ in acc], [max(0.0, hi - a) for a, _, hi in acc]]
+            ax2.errorbar(xs, [a for a, _, _ in acc], yerr=yerr, fmt="-o", capsize=4, label="Defender A_r (no Host)")
             final = mean_with_ci(r.scores)[0]
             ax2.axhline(final, color="gray", linestyle="--", label=f"{label} final")
             ax2.set_xticks(xs, [f"A{x}" for x in xs])
