@@ -20,13 +20,13 @@ def test_two_real_steps_on_six_training_items():
     student = dspy.ChainOfThought("question -> answer: float")
     with dspy.context(lm=lm):
         compiled = TextGrad(numeric_match, optimizer_lm=lm, batch_size=3, epochs=1, steps_per_epoch=2).compile(
-            student, trainset=train, valset=train[:3])
+            student, trainset=train, valset=train[:2])  # small: ~16 calls, about a minute on the 0.5B
     h = compiled.textgrad_history
     assert [row["step"] for row in h] == [0, 1, 2]
     assert all(isinstance(row["val_score"], float) for row in h)
     usage = compiled.compile_usage
     assert usage["gradient"]["calls"] >= 2  # one critique per step (an unparsable one is retried as JSON)
-    assert usage["task"]["calls"] >= 3 + 2 * 3  # initial val + two minibatches
+    assert usage["task"]["calls"] >= 2 + 2 * 3  # initial val + two minibatches
     assert usage["total"]["prompt_tokens"] + usage["total"]["cached_prompt_tokens"] > 0
     for row in h[1:]:  # a kept step changed the instruction, a reverted one restored it
         if row["reverted"]:
