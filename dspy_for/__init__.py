@@ -5,6 +5,7 @@ from __future__ import annotations
 from dspy_for.errors import ConfigError, DatasetError, DspyForError, MissingDependencyError
 from dspy_for.lm import make_lm, resolve_lm, role, track_usage
 from dspy_for.modules import FORPrompting, ProRefine, SelfConsistency
+from dspy_for.optimizers import TextGrad, compile_program
 
 __version__ = "0.1.0"
 
@@ -16,7 +17,9 @@ __all__ = [
     "MissingDependencyError",
     "ProRefine",
     "SelfConsistency",
+    "TextGrad",
     "__version__",
+    "compile_program",
     "make_lm",
     "resolve_lm",
     "role",
