@@ -174,7 +174,7 @@ def compare(
     threads: Annotated[int | None, typer.Option(help="Parallel items (the local server is serial).")] = None,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
-    from dspy_for.experiments.compare import compare as run_compare
+    from dspy_for.experiments.comparison import compare as run_compare
     from dspy_for.experiments.report import rich_tables
 
     try:
@@ -215,8 +215,8 @@ def sweep(
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
     from rich.table import Table
 
-    from dspy_for.experiments.sweep import logger as sweep_logger
-    from dspy_for.experiments.sweep import sweep as run_sweep
+    from dspy_for.experiments.sweeps import logger as sweep_logger
+    from dspy_for.experiments.sweeps import sweep as run_sweep
 
     if not sweep_logger.handlers:  # one progress line per chunk and per finished trial
         from rich.logging import RichHandler

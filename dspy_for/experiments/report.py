@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from dspy_for.stats import mean_with_ci, paired_comparison
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.compare import ComparisonResult
+    from dspy_for.experiments.comparison import ComparisonResult
 
 __all__ = ["figures", "rich_tables", "round_accuracy", "summary_rows", "table_text"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dspy_for.experiments import tracking
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.sweep import SweepSpec
+    from dspy_for.experiments.sweeps import SweepSpec
 
 __all__ = ["finish_parent", "hide_password", "log_trial", "start_parent"]
 

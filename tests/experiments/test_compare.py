@@ -6,9 +6,9 @@ from pathlib import Path
 import dspy
 import pytest
 
-import dspy_for.experiments.compare as compare_mod
+import dspy_for.experiments.comparison as compare_mod
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.compare import compare
+from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.report import table_text
 from dspy_for.experiments.spec import load_spec
 from dspy_for.testing import ScriptedLM, system_text

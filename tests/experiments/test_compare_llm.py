@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from dspy_for.experiments.compare import compare
+from dspy_for.experiments.comparison import compare
 
 pytestmark = pytest.mark.llm
 MODEL = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")

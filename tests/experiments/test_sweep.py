@@ -4,7 +4,7 @@ import pytest
 
 import dspy_for.lm as lm_pkg
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.sweep import load_sweep_spec, sweep
+from dspy_for.experiments.sweeps import load_sweep_spec, sweep
 from dspy_for.testing import ScriptedLM, system_text
 
 CONFIG = """
@@ -58,7 +58,7 @@ def _write(tmp_path, study="s", objectives='["accuracy"]', sampler="tpe", extra=
 def test_six_trial_study_with_pruning_and_nested_mlflow_runs(fake_lm, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import dspy_for.experiments.sweep as sw
+    import dspy_for.experiments.sweeps as sw
 
     # make trials with host=false hopeless after the first chunk so the median pruner stops them
     real = sw.default_objective
@@ -178,7 +178,7 @@ def test_enqueued_baselines_run_first_and_once(fake_lm, tmp_path):
 
 
 def test_temperature_goes_to_the_lms_unless_the_method_owns_it():
-    from dspy_for.experiments.sweep import _lm_temperature
+    from dspy_for.experiments.sweeps import _lm_temperature
 
     options = {"rounds": 2, "temperature": 0.7}
     assert _lm_temperature("for", options) == 0.7 and options == {"rounds": 2}

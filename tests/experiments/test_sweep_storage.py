@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dspy_for.experiments.sweep import load_sweep_spec, open_study, run_study
+from dspy_for.experiments.sweeps import load_sweep_spec, open_study, run_study
 
 HERE = Path(__file__).resolve().parent
 CONFIG = """
@@ -70,7 +70,7 @@ _WORKER = """
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(60, exit=True)
 sys.path.insert(0, {here!r})
-from dspy_for.experiments.sweep import _worker_entry
+from dspy_for.experiments.sweeps import _worker_entry
 _worker_entry({spec!r}, {objective!r}, None, {cwd!r})
 """
 

@@ -284,7 +284,7 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Obje
     import optuna
 
     from dspy_for.datasets import load_dataset
-    from dspy_for.experiments.compare import signature_for
+    from dspy_for.experiments.comparison import signature_for
     from dspy_for.experiments.methods import build_method
     from dspy_for.experiments.runner import evaluate_method
     from dspy_for.lm import Usage, make_lm
@@ -475,7 +475,7 @@ def sweep(config: SweepSpec | str | Path | None = None, *, workers: int = 1, fin
 def _final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
     """Evaluate the best configuration once on the test split."""
     from dspy_for.datasets import load_dataset
-    from dspy_for.experiments.compare import signature_for
+    from dspy_for.experiments.comparison import signature_for
     from dspy_for.experiments.methods import build_method
     from dspy_for.experiments.runner import evaluate_method
     from dspy_for.lm import make_lm
