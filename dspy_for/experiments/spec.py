@@ -36,7 +36,7 @@ from typing import Any
 
 from dspy_for.errors import ConfigError
 
-__all__ = ["DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "load_spec"]
+__all__ = ["DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "load_spec", "parse_role_lms", "read_toml"]
 
 
 def _check_keys(section: str, data: dict[str, Any], allowed: set[str]) -> None:
@@ -169,17 +169,8 @@ def load_spec(path: str | Path | None = None, **overrides: Any) -> ExperimentSpe
     ``role_lms`` (dict or ["ROLE=SPEC", ...]), ``tracking_uri``, ``match_budget``, ``num_threads``,
     ``seed``, ``experiment``, ``autolog``, ``max_tokens``, ``baseline``.
     """
-    data: dict[str, Any] = {}
-    where = "the config"
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"Config file `{p}` does not exist. Pass an existing TOML file (see experiments/).")
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"Config file `{p}` is not valid TOML: {exc}.") from None
-        where = f"`{p}`"
+    data = read_toml(path, "Config file", "experiments/*.toml") if path is not None else {}
+    where = f"`{path}`" if path is not None else "the config"
     spec = _parse(data, where)
     o = {k: v for k, v in overrides.items() if v is not None}
     if "dataset" in o:
@@ -205,6 +196,17 @@ def load_spec(path: str | Path | None = None, **overrides: Any) -> ExperimentSpe
         labels = [m.label for m in spec.methods]
         spec.baseline = "cot" if "cot" in labels else labels[0]
     return spec.validate()
+
+
+def read_toml(path: str | Path, what: str, examples: str) -> dict[str, Any]:
+    """Read a TOML config, or raise a :class:`ConfigError` that says what is wrong and where to look."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} `{p}` does not exist. Pass an existing TOML file (see {examples}).")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{what} `{p}` is not valid TOML: {exc}.") from None
 
 
 def parse_role_lms(value: Any) -> dict[str, str]:

@@ -19,7 +19,6 @@ import importlib
 import logging
 import os
 import socket
-import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.search_space import MethodChoice, SearchSpace, parse_method_choice, parse_search_space
-from dspy_for.experiments.spec import DatasetConfig, parse_role_lms
+from dspy_for.experiments.spec import DatasetConfig, parse_role_lms, read_toml
 
 __all__ = ["SweepResult", "SweepSpec", "load_sweep_spec", "make_storage", "run_study", "sweep"]
 
@@ -137,15 +136,7 @@ _KEYS = {f for f in SweepSpec.__dataclass_fields__}
 
 def load_sweep_spec(path: str | Path | None = None, **overrides: Any) -> SweepSpec:
     """A sweep config (TOML) plus CLI-style overrides → a validated :class:`SweepSpec`."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"Sweep config `{p}` does not exist. See experiments/sweep_*.toml.")
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"Sweep config `{p}` is not valid TOML: {exc}.") from None
+    data = read_toml(path, "Sweep config", "experiments/sweep_*.toml") if path is not None else {}
     unknown = sorted(set(data) - _KEYS)
     if unknown:
         raise ConfigError(f"Unknown key `{unknown[0]}` in the sweep config. Allowed: {', '.join(sorted(_KEYS))}.")
