@@ -241,3 +241,46 @@ def test_repeated_questions_are_dropped_and_the_round_is_skipped():
     assert pred.rounds_used == 1 and pred.role_collapse == 0
     later = [t for t in pred.trajectory if t["type"] == "questions" and t["round"] > 1]
     assert all(t["fields"]["repeats"] == same and t["fields"]["questions"] == [] for t in later)
+
+
+def test_gepa_optimizes_the_role_predictors_under_their_stable_names(tmp_path):
+    """GEPA sees `defender`, `revise`, `debater`, `host` and rewrites the one whose instruction matters."""
+    import json
+
+    def task_respond(messages, max_tokens):
+        # the Defender answers right only once its instruction says GOOD; every other role is fine as is
+        r = role_of(messages)
+        if r == "defender":
+            right = "GOOD" in system_text(messages)
+            return {"reasoning": "3 * 12" if right else "3 + 12", "answer": "36" if right else "15"}
+        if r == "revise":  # keeps its previous answer
+            prev = re.search(r"previous_answer ## \]\][\s\S]*?answer: ([\d.]+)", user_text(messages)).group(1)
+            return {"responses": ["checked"], "error_found": "False", "error": "none", "reasoning": "same",
+                    "answer": prev}
+        return make_responder()(messages, max_tokens)
+
+    def reflect(messages, max_tokens):
+        sys = system_text(messages)
+        fields = re.findall(r"`(\w+)`", sys.split("Your output fields are:")[1].split("All interactions")[0])
+        out = {f: "GOOD: solve it step by step." for f in fields}
+        return json.dumps(out) if "JSON object" in sys else out
+
+    task, reflection = ScriptedLM(task_respond), ScriptedLM(reflect)
+    dspy.configure(lm=task)
+    train = [dspy.Example(question=Q, answer=36.0).with_inputs("question")] * 3
+    student = FORPrompting("question -> answer: float", rounds=1, host=False)
+    before = {n: p.signature.instructions for n, p in student.named_predictors()}
+    from dspy_for.optimizers import compile_program
+
+    res = compile_program("gepa", student, trainset=train, valset=train, optimizer_lm=reflection,
+                          metric=lambda e, p, t=None: float(p.answer == e.answer), max_metric_calls=30)
+    after = {n: p.signature.instructions for n, p in res.program.named_predictors()}
+    assert set(after) == {"defender", "revise", "debater", "host"}
+    assert "GOOD" in after["defender"]
+    assert {n: p.signature.instructions for n, p in student.named_predictors()} == before  # not mutated
+    assert res.program(question=Q).answer == 36.0 and student(question=Q).answer != 36.0
+    assert res.usage["optimizer"]["calls"] == len(reflection.calls) > 0
+    res.program.save(str(tmp_path / "gepa_for.json"))
+    loaded = FORPrompting("question -> answer: float", rounds=1, host=False)
+    loaded.load(str(tmp_path / "gepa_for.json"))
+    assert loaded.defender.signature.instructions == after["defender"]
