@@ -19,7 +19,7 @@ import dspy
 from dspy_for import make_lm
 from dspy_for.datasets import load_dataset
 from dspy_for.experiments.methods import build_method
-from dspy_for.experiments.report import round_accuracy
+from dspy_for.experiments.report import debate_diagnostics, round_accuracy
 from dspy_for.experiments.runner import evaluate_method
 from dspy_for.metrics import numeric_match
 from dspy_for.stats import mean_with_ci
@@ -51,6 +51,7 @@ def main() -> None:
         f"for_n1_host{'' if guard else '_noguard'}": build_method("for", sig, rounds=1, host=True, guard=guard),
     }
     rows = []
+    diagnostics = {}
     for label, program in runs.items():
         r = evaluate_method(program, examples, metric=numeric_match, results_path=out / f"{label}.jsonl", desc=label)
         acc, lo, hi = mean_with_ci(r.scores)
@@ -58,16 +59,26 @@ def main() -> None:
                      "tokens_per_item": r.tokens_per_item, "calls_per_item": r.calls_per_item,
                      "failed": r.n_failed, **{f"mean_{k}": v for k, v in r.stats_mean.items()}})
         if label.startswith("for_n3"):
+            diagnostics = debate_diagnostics(r.items, numeric_match)
             for k, (a, lo2, hi2) in enumerate(round_accuracy(r.items, numeric_match)):
                 rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": a, "lo": lo2,
                              "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed})
-    (out / "summary.json").write_text(json.dumps(rows, indent=2))
+    (out / "summary.json").write_text(json.dumps({"rows": rows, "debate": diagnostics}, indent=2))
     print(f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s}")
     for row in rows:
         tok = f"{row['tokens_per_item']:.0f}" if row["tokens_per_item"] is not None else "-"
         calls = f"{row['calls_per_item']:.1f}" if row["calls_per_item"] is not None else "-"
         ci = f"[{row['lo']:5.1%}, {row['hi']:5.1%}]"
         print(f"{row['method']:38s} {row['n']:3d} {row['acc']:6.1%} {ci} {tok:>9s} {calls:>6s}")
+    if diagnostics:
+        d = diagnostics
+        print(f"\nN = 3 debate ({'guard on' if guard else 'guard off'}): Defender named an error in "
+              f"{d['error_found_rate']:.0%} of {d['revisions']} revisions; Debater items breaking the rules: "
+              f"{d['collapse_first_attempt']:.1%} of {d['debater_items']} on first attempt, "
+              f"{d['collapse_after_reask']:.1%} after the guard's re-ask")
+        for f in d["flips"]:
+            print(f"  revision {f['round']}: changed {f['changed']}, right→wrong {f['right_to_wrong']}, "
+                  f"wrong→right {f['wrong_to_right']}")
 
 
 if __name__ == "__main__":

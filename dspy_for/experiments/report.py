@@ -9,7 +9,7 @@ from dspy_for.stats import mean_with_ci, paired_comparison
 if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
 
-__all__ = ["figures", "rich_tables", "round_accuracy", "summary_rows", "table_text"]
+__all__ = ["debate_diagnostics", "figures", "rich_tables", "round_accuracy", "summary_rows", "table_text"]
 
 
 def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
@@ -91,6 +91,61 @@ def round_accuracy(items: list[Any], metric: Any) -> list[tuple[float, float, fl
             scores.append(float(metric(dspy.Example(answer=it.gold), pred)))
         out.append(mean_with_ci(scores))
     return out
+
+
+def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
+    """What the debate did, from one FOR run's trajectories: answer flips per round, how often the Defender
+    named an error, and the Debater's role collapse with and without the guard.
+
+    - ``flips``: per round r >= 1, how many items went right → wrong and wrong → right from A_{r-1} to A_r,
+      and how many changed their answer at all.
+    - ``error_found_rate``: share of revisions in which the Defender said it found a concrete error.
+    - ``collapse_first_attempt``: share of the Debater's first-attempt items that broke the questions-only
+      rules; without the guard, every one of them reaches the Defender (the unguarded collapse rate).
+    - ``collapse_after_reask``: share of the items of each round's last attempt that still break the rules
+      (with the guard: after its one re-ask, and it then drops them, so none reaches the Defender; without
+      it this equals the first-attempt rate).
+    """
+    import dspy
+
+    def score(answer: dict[str, Any], gold: Any) -> bool:
+        return bool(metric(dspy.Example(answer=gold), dspy.Prediction(**answer)))
+
+    rounds = max((len(i.answers_by_round or []) for i in items), default=0)
+    flips = [{"round": r, "right_to_wrong": 0, "wrong_to_right": 0, "changed": 0} for r in range(1, rounds)]
+    revisions = errors = 0
+    first, final = [0, 0], [0, 0]  # [items, violating items]
+    for it in items:
+        answers = it.answers_by_round or []
+        for r in range(1, len(answers)):
+            before, after = score(answers[r - 1], it.gold), score(answers[r], it.gold)
+            f = flips[r - 1]
+            f["right_to_wrong"] += before and not after
+            f["wrong_to_right"] += after and not before
+            f["changed"] += answers[r] != answers[r - 1]
+        last_attempt: dict[int, dict[str, Any]] = {}
+        for turn in it.trajectory or []:
+            fields = turn.get("fields", {})
+            if turn.get("type") == "revision":
+                revisions += 1
+                errors += bool(fields.get("error_found"))
+            elif turn.get("type") == "questions":
+                if fields.get("attempt", 0) == 0:
+                    first[0] += len(fields.get("questions", []))
+                    first[1] += len(fields.get("violations", {}))
+                last_attempt[turn.get("round", 0)] = fields
+        for fields in last_attempt.values():
+            final[0] += len(fields.get("questions", []))
+            final[1] += len(fields.get("violations", {}))
+    return {
+        "items": len(items),
+        "flips": flips,
+        "revisions": revisions,
+        "error_found_rate": errors / revisions if revisions else 0.0,
+        "debater_items": first[0],
+        "collapse_first_attempt": first[1] / first[0] if first[0] else 0.0,
+        "collapse_after_reask": final[1] / final[0] if final[0] else 0.0,
+    }
 
 
 def figures(result: ComparisonResult) -> dict[str, Any]:

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from dspy_for.experiments.report import debate_diagnostics, round_accuracy
+from dspy_for.metrics import numeric_match
+
+
+def item(gold, answers, turns):
+    return SimpleNamespace(gold=gold, answers_by_round=[{"answer": a} for a in answers], trajectory=turns)
+
+
+def q(rnd, attempt, questions, violations=()):
+    return {"type": "questions", "round": rnd,
+            "fields": {"questions": questions, "attempt": attempt, "violations": {v: ["fix"] for v in violations}}}
+
+
+def rev(rnd, error_found):
+    return {"type": "revision", "round": rnd, "fields": {"error_found": error_found}}
+
+
+def test_debate_diagnostics_counts_flips_errors_and_collapse():
+    items = [
+        # right, then talked out of it, then back: one right→wrong (round 1), one wrong→right (round 2)
+        item(36.0, [36.0, 15.0, 36.0], [q(1, 0, ["Why 3?", "Use 4 instead."], ["Use 4 instead."]),
+                                        q(1, 1, ["Why 3?"]), rev(1, True), q(2, 0, ["Is 12 right?"]),
+                                        rev(2, False)]),
+        # wrong and stays wrong, unchanged
+        item(10.0, [7.0, 7.0, 7.0], [q(1, 0, ["Why 7?"]), rev(1, False), q(2, 0, ["The answer is 10."],
+                                     ["The answer is 10."]), q(2, 1, ["Should it be 10?"], ["Should it be 10?"]),
+                                     rev(2, False)]),
+    ]
+    d = debate_diagnostics(items, numeric_match)
+    assert d["items"] == 2 and d["revisions"] == 4
+    assert d["flips"] == [{"round": 1, "right_to_wrong": 1, "wrong_to_right": 0, "changed": 1},
+                          {"round": 2, "right_to_wrong": 0, "wrong_to_right": 1, "changed": 1}]
+    assert d["error_found_rate"] == 0.25
+    # first attempts: 2 + 1 + 1 + 1 = 5 items, 2 violating; last attempts: 1 + 1 + 1 + 1 = 4 items, 1 violating
+    assert d["debater_items"] == 5
+    assert d["collapse_first_attempt"] == 0.4
+    assert d["collapse_after_reask"] == 0.25
+    assert [round(a, 2) for a, _, _ in round_accuracy(items, numeric_match)] == [0.5, 0.0, 0.5]
+
+
+def test_debate_diagnostics_of_no_items_is_empty_not_an_error():
+    d = debate_diagnostics([], numeric_match)
+    assert d["flips"] == [] and d["collapse_first_attempt"] == 0.0 and d["error_found_rate"] == 0.0
