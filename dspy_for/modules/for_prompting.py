@@ -48,6 +48,10 @@ class FORPrompting(dspy.Module):
             test of the asymmetry claim; the guard is then off).
         guard: enforce questions-only: re-ask a violating Debater once with the reasons, then drop
             offending items. With ``guard=False`` violations are still counted, not acted on.
+        keep_unless_error: the Defender's answer changes only in a round where it names a concrete error
+            (its typed ``error_found``); a changed answer without one is recorded in the trajectory
+            (``kept_previous``) but A_r keeps A_{r-1}. The guard against the peer-pressure drift a naive
+            loop shows on small models; ``False`` takes every revision as is (the paper's loop).
         defender_lm, debater_lm, host_lm: per-role LMs (``dspy.BaseLM`` or spec strings); default: the
             configured LM.
     """
@@ -63,6 +67,7 @@ class FORPrompting(dspy.Module):
         token_budget: int | None = None,
         debater_mode: Literal["questions", "free"] = "questions",
         guard: bool = True,
+        keep_unless_error: bool = True,
         defender_lm: Any = None,
         debater_lm: Any = None,
         host_lm: Any = None,
@@ -84,6 +89,7 @@ class FORPrompting(dspy.Module):
         self.rounds, self.use_host, self.stop = rounds, host, stop
         self.patience, self.token_budget = patience, token_budget
         self.debater_mode, self.guard = debater_mode, guard and debater_mode == "questions"
+        self.keep_unless_error = keep_unless_error
 
         self.defender = dspy.Predict(S.defender_signature(self.signature))
         self.revise = dspy.Predict(S.revise_signature(self.signature))
@@ -121,11 +127,13 @@ class FORPrompting(dspy.Module):
             if self.token_budget is not None and (yield "_tokens", {}) >= self.token_budget:
                 break
             allowed = numbers_in(task) | numbers_in(_render_answer(answer))
+            unused = sorted(numbers_in(task) - numbers_in(_render_answer(answer)), key=_num_key)
             rejected = "none"
             questions: list[str] = []
             for attempt in range(2 if self.guard else 1):
                 out = yield "debater", {"task": task, "current_answer": _render_answer(answer),
-                                        "asked_questions": list(asked), "rejected": rejected,
+                                        "unused_numbers": unused, "asked_questions": list(asked),
+                                        "rejected": rejected,
                                         "_discard_trace": attempt == 0 and self.guard}
                 items = [str(q).strip() for q in (out.questions or []) if str(q).strip()]
                 seen = {_norm(q) for q in asked}
@@ -153,14 +161,17 @@ class FORPrompting(dspy.Module):
                                    "questions": questions}
             revised = _fields(out, ["reasoning", *outputs])
             responses = [str(x) for x in (out.get("responses") or [])]
+            error_found = bool(out.get("error_found"))
+            keep = self.keep_unless_error and not error_found and _fields(out, outputs) != answers[-1]
             trajectory.append(_turn("defender", "revision", r, {
-                "responses": responses, "error_found": bool(out.get("error_found")),
-                "error": str(out.get("error") or ""), **revised}))
+                "responses": responses, "error_found": error_found,
+                "error": str(out.get("error") or ""), **revised, "kept_previous": keep}))
             exchanges.append((r, questions, responses))
             asked.extend(questions)
-            unchanged = _fields(out, outputs) == answers[-1]
-            answers.append(_fields(out, outputs))
-            answer = revised
+            if not keep:
+                answer = revised
+            unchanged = _fields(answer, outputs) == answers[-1]
+            answers.append(_fields(answer, outputs))
             stable_for = stable_for + 1 if unchanged else 0
             if self.stop == "stable" and stable_for >= self.patience:
                 break
@@ -261,6 +272,13 @@ class FORPrompting(dspy.Module):
 # ------------------------------------------------------------------------------------------ helpers
 
 
+def _num_key(number: str) -> tuple[float, str]:
+    try:
+        return float(number), number
+    except ValueError:
+        return float("inf"), number
+
+
 def _norm(question: str) -> str:
     return " ".join("".join(c for c in question.lower() if c.isalnum() or c.isspace()).split())
 
@@ -316,9 +334,11 @@ def _render_dialogue(trajectory: list[dict[str, Any]]) -> str:
             if accepted:
                 lines.append(f"[Debater, round {t['round']}]\n" + "\n".join(f"- {q}" for q in accepted))
         elif t["type"] == "revision":
-            body = {k: v for k, v in f.items() if k not in ("responses",)}
+            body = {k: v for k, v in f.items() if k not in ("responses", "kept_previous")}
             replies = "\n".join(f"- {x}" for x in f.get("responses", []))
-            lines.append(f"[Defender, A{t['round']}]\nreplies:\n{replies}\n{_render_answer(body)}")
+            note = ("\n(this answer changed without a named error, so the previous answer stands)"
+                    if f.get("kept_previous") else "")
+            lines.append(f"[Defender, A{t['round']}]\nreplies:\n{replies}\n{_render_answer(body)}{note}")
     return "\n\n".join(lines)
 
 

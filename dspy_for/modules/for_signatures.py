@@ -40,13 +40,18 @@ The Debater only asks questions: a question is NOT a sign that you are wrong.
    redo the same work and keep your answer. If you found one, fix only that mistake.
 4. Give the final answer in the output fields."""
 
-DEBATER_INSTRUCTIONS = """You are the Debater. You ask questions ONLY.
+DEBATER_INSTRUCTIONS = """You are the Debater. You ask questions ONLY; you never solve the task.
 Read the task and the Defender's current answer. Ask 1 to 3 short, specific questions that make the
-Defender re-check one step: a calculation, an assumption, a quantity read from the task, a unit, a
-missed case.
-Rules: never answer the task; never state a number the Defender did not use; never propose a fix, a
-method or a corrected answer; never say the answer is wrong. Each item is ONE question ending with "?".
-Do not repeat questions already asked. If nothing is left worth asking, return an empty list."""
+Defender re-check its work. The most useful questions, in this order:
+1. For each number in `unused_numbers` (given in the task, never mentioned in the Defender's work): how
+   does the work account for it?
+2. Does the final answer give exactly what the task asks for (the total, what is left, per person or
+   per item, the right unit)?
+3. Is one specific calculation or operation in the work right?
+Rules: never answer the task; never state a number that is in neither the task nor the answer; never
+propose a fix, a method or a corrected answer; never say the answer is wrong. Each item is ONE question
+ending with "?". Do not repeat questions already asked. If nothing is left worth asking, return an
+empty list."""
 
 DEBATER_FREE_INSTRUCTIONS = """You are the Debater. Challenge the Defender's current answer.
 Read the task and the answer. Give 1 to 3 objections: point out possible mistakes, and you may propose
@@ -67,6 +72,9 @@ class Debater(dspy.Signature):
 
     task: str = dspy.InputField(desc="The original task, with all its inputs.")
     current_answer: str = dspy.InputField(desc="The Defender's latest answer, with its reasoning.")
+    unused_numbers: list[str] = dspy.InputField(
+        desc="Numbers given in the task that the Defender's work never mentions (computed; may be empty)."
+    )
     asked_questions: list[str] = dspy.InputField(desc="Questions already asked in earlier rounds.")
     rejected: str = dspy.InputField(desc="Your earlier items that broke the rules and why, or 'none'.")
     questions: list[str] = dspy.OutputField(desc="New questions, each a single question ending with '?'.")

@@ -27,8 +27,9 @@ def role_of(messages):
     return "defender"
 
 
-def make_responder(answers=(36, 36, 36, 36), questions=None, host_answer=36, log=None):
-    """Defender answers answers[r] in round r; Debater asks questions[r-1] (default: one good question)."""
+def make_responder(answers=(36, 36, 36, 36), questions=None, host_answer=36, log=None, named_errors=None):
+    """Defender answers answers[r] in round r, naming an error whenever its answer changes (or always /
+    never: ``named_errors=True/False``); Debater asks questions[r-1] (default: one good question)."""
     state = {"revise": 0, "debater": 0}
 
     def respond(messages, max_tokens):
@@ -44,7 +45,10 @@ def make_responder(answers=(36, 36, 36, 36), questions=None, host_answer=36, log
         if r == "revise":
             state["revise"] += 1
             a = answers[min(state["revise"], len(answers) - 1)]
-            return {"responses": ["I re-checked 3 * 12."], "error_found": "False", "error": "none",
+            changed = a != answers[min(state["revise"] - 1, len(answers) - 1)]
+            error_found = changed if named_errors is None else named_errors
+            return {"responses": ["I re-checked 3 * 12."], "error_found": str(error_found),
+                    "error": "step 1 was wrong" if error_found else "none",
                     "reasoning": "3 * 12 = 36", "answer": str(a)}
         return {"reasoning": "weighing the rounds", "answer": str(host_answer)}
 
@@ -150,6 +154,35 @@ def test_round_prompts_do_not_depend_on_n_so_prefix_runs_cost_only_the_host(monk
         new = [role_of(c["messages"]) for c in lm.calls[before:]]
         assert new == ["host"], (n, new)
         assert usage.total.cached_calls == 2 * n + 1 and pred.rounds_used == n
+
+
+def test_an_answer_changed_without_a_named_error_is_kept_out_of_a_r():
+    lm = ScriptedLM(make_responder(answers=(36, 30, 30), named_errors=False))
+    dspy.configure(lm=lm)
+    pred = FORPrompting("question -> answer: float", rounds=2, host=False)(question=Q)
+    assert pred.answer == 36.0 and pred.answers_by_round == [{"answer": 36.0}] * 3
+    revisions = [t for t in pred.trajectory if t["type"] == "revision"]
+    assert [t["fields"]["kept_previous"] for t in revisions] == [True, True]
+    assert revisions[0]["fields"]["answer"] == 30.0  # the raw revision stays on record
+    # the next round's Defender and Debater see the kept answer, not the unjustified one
+    debater_prompts = [user_text(m) for m in (c["messages"] for c in lm.calls) if role_of(m) == "debater"]
+    assert "answer: 36.0" in debater_prompts[-1]
+
+    lm2 = ScriptedLM(make_responder(answers=(36, 30, 30), named_errors=False))
+    dspy.configure(lm=lm2)
+    loose = FORPrompting("question -> answer: float", rounds=2, host=False, keep_unless_error=False)(question=Q)
+    assert loose.answer == 30.0 and [a["answer"] for a in loose.answers_by_round] == [36.0, 30.0, 30.0]
+
+
+def test_debater_is_told_which_task_numbers_the_work_never_used():
+    lm = ScriptedLM(make_responder())
+    dspy.configure(lm=lm)
+    FORPrompting("question -> answer: float", rounds=1, host=False)(
+        question="20 birds fly 50 miles, then 60 miles. How far did all the birds fly in total?")
+    debater = next(user_text(m) for m in (c["messages"] for c in lm.calls) if role_of(m) == "debater")
+    unused = debater.split("[[ ## unused_numbers ## ]]")[1].split("[[ ##")[0]
+    # the scripted Defender's work is "3 * 12 = 36": every task number is unused, in numeric order
+    assert '["20", "50", "60"]' in unused.replace("\n", "")
 
 
 def test_per_role_lms_get_only_their_role():
