@@ -12,7 +12,10 @@ In a sweep config each searched option is a table under ``[search]``::
     type = "categorical"
     choices = [true, false]
 
-Option names must be options of the method (``MethodSpec.defaults``) or ``temperature``.
+Option names must be options of the method (``MethodSpec.defaults``) or ``temperature``. With a
+``compile`` table in the sweep (compile the program, then evaluate it), the compile optimizer's options
+are searched under ``[search.compile.<option>]`` (e.g. TextGrad's ``steps_per_epoch`` and ``batch_size``;
+see :data:`COMPILE_OPTIONS`) and reach the trial as ``compile.<option>``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,29 @@ from typing import Any
 
 from dspy_for.errors import ConfigError
 
-__all__ = ["MethodChoice", "Param", "SearchSpace", "parse_method_choice", "parse_search_space"]
+__all__ = ["COMPILE_OPTIONS", "MethodChoice", "Param", "SearchSpace", "flatten_point", "parse_method_choice",
+           "parse_search_space"]
 
 EXTRA_OPTIONS = ("temperature",)
+# the compile options a sweep may search, per optimizer kind (dspy_for.optimizers.compile_program)
+COMPILE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "textgrad": ("epochs", "steps_per_epoch", "batch_size", "gradient_memory"),
+    "gepa": ("max_metric_calls",),
+    "mipro": ("num_candidates", "num_trials"),
+    "mipro_fewshot": ("num_candidates", "num_trials"),
+    "bootstrap": ("max_bootstrapped_demos", "max_labeled_demos"),
+}
+
+
+def flatten_point(point: Mapping[str, Any]) -> dict[str, Any]:
+    """``{rounds = 1, compile = {steps_per_epoch = 4}}`` → ``{"rounds": 1, "compile.steps_per_epoch": 4}``."""
+    out: dict[str, Any] = {}
+    for k, v in point.items():
+        if k == "compile" and isinstance(v, Mapping):
+            out.update({f"compile.{ck}": cv for ck, cv in v.items()})
+        else:
+            out[k] = v
+    return out
 
 
 @dataclass(frozen=True)
@@ -73,6 +96,7 @@ class SearchSpace:
 
     def validate_point(self, point: Mapping[str, Any], where: str = "enqueue") -> dict[str, Any]:
         """A configuration to evaluate as-is (e.g. the paper's default): every searched option, in range."""
+        point = flatten_point(point)
         names = set(self.names)
         if set(point) != names:
             missing, extra = sorted(names - set(point)), sorted(set(point) - names)
@@ -87,7 +111,7 @@ class SearchSpace:
         return dict(point)
 
 
-def parse_search_space(method: str, search: Mapping[str, Any]) -> SearchSpace:
+def parse_search_space(method: str, search: Mapping[str, Any], compile_kind: str | None = None) -> SearchSpace:
     """Validate ``search`` against method ``method``'s options; raise :class:`ConfigError` with the fix."""
     from dspy_for.experiments.methods import get_method
 
@@ -95,6 +119,22 @@ def parse_search_space(method: str, search: Mapping[str, Any]) -> SearchSpace:
     if not search:
         raise ConfigError("The sweep has no `[search]` table: add at least one option to search, e.g. "
                           "[search.rounds] with type = \"int\", low = 0, high = 4.")
+    search = dict(search)
+    compile_search = search.pop("compile", None)
+    if compile_search is not None:
+        if compile_kind is None:
+            raise ConfigError("`[search.compile.*]` searches compile options, but the sweep has no `compile` "
+                              "table: add e.g. compile = { kind = \"textgrad\", trainset = \"train\" }.")
+        if not isinstance(compile_search, Mapping) or not all(isinstance(v, Mapping) for v in compile_search.values()):
+            raise ConfigError("`[search.compile]` must hold one table per compile option, e.g. "
+                              "[search.compile.steps_per_epoch] with type, low, high.")
+        known = COMPILE_OPTIONS.get(compile_kind, ())
+        for name, spec in compile_search.items():
+            if name not in known:
+                raise ConfigError(f"Unknown compile option `{name}` in [search.compile.{name}] for compile kind "
+                                  f"`{compile_kind}`. Searchable: {', '.join(known) or 'none'}.")
+            search[f"compile.{name}"] = spec
+            allowed.add(f"compile.{name}")
     params = []
     for name, spec in search.items():
         where = f"[search.{name}]"

@@ -78,7 +78,8 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
         client.log_metric(rid, "accuracy", trial.values[0])
         if len(trial.values) > 1:
             client.log_metric(rid, "objective_tokens_per_item", trial.values[1])
-    for key in ("tokens_per_item", "spent_tokens", "cached_tokens", "calls", "n_items"):
+    for key in ("tokens_per_item", "spent_tokens", "cached_tokens", "calls", "n_items", "compile_tokens",
+                "compile_calls"):
         if key in trial.user_attrs:
             client.log_metric(rid, key, float(trial.user_attrs[key]))
     if error:

@@ -56,11 +56,14 @@ class SweepSpec:
     num_threads: int = 1
     test_split: str = "test"
     enqueue: list[dict[str, Any]] = field(default_factory=list)
+    # compile each trial's program before evaluating it: {kind, trainset, valset, train_limit, val_limit,
+    # optimizer_lm, <optimizer options>}; searched optimizer options live under [search.compile.<option>]
+    compile: dict[str, Any] | None = None
 
     @property
     def space(self) -> SearchSpace | MethodChoice:
         if isinstance(self.method, str):
-            return parse_search_space(self.method, self.search)
+            return parse_search_space(self.method, self.search, (self.compile or {}).get("kind"))
         return parse_method_choice(list(self.method), self.search)
 
     @property
@@ -101,6 +104,14 @@ class SweepSpec:
         if not isinstance(self.method, str) and not (
                 isinstance(self.method, list) and all(isinstance(m, str) for m in self.method)):
             raise ConfigError(f"`method` must be a method name or a list of them, got {self.method!r}.")
+        if self.compile is not None:
+            from dspy_for.optimizers import COMPILERS
+
+            if not isinstance(self.method, str):
+                raise ConfigError("`compile` works with one `method`; sweep several methods without it.")
+            kind = self.compile.get("kind") if isinstance(self.compile, dict) else self.compile
+            if kind not in COMPILERS:
+                raise ConfigError(f"`compile` needs `kind` = one of {', '.join(COMPILERS)}, got {kind!r}.")
         space = self.space  # parses and validates the search space (and the method names)
         if not isinstance(self.method, str):
             extra = sorted(set(self.fixed) - set(self.methods))
@@ -290,12 +301,17 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Obje
 
     def objective(trial: Any) -> Any:
         method, params = spec.suggest(trial)
-        options = {**spec.fixed_for(method), **params}
+        compile_opts = {k[len("compile."):]: v for k, v in params.items() if k.startswith("compile.")}
+        options = {**spec.fixed_for(method), **{k: v for k, v in params.items() if not k.startswith("compile.")}}
         temperature = _lm_temperature(method, options)
         lm_opts = {"max_tokens": spec.max_tokens, "temperature": temperature}
         lm = make_lm(spec.lm, **lm_opts)
         role_lms = {r: make_lm(s, **lm_opts) for r, s in spec.role_lms_for(method).items()}
         program = build_method(method, sig, lm=lm, role_lms=role_lms, **options)
+        if spec.compile is not None:
+            program, compile_total = _compile_trial(spec, program, metric, compile_opts)
+            trial.set_user_attr("compile_tokens", compile_total["tokens"])
+            trial.set_user_attr("compile_calls", compile_total["calls"])
         scores: list[float] = []
         usage = Usage()
         failed = 0
@@ -322,6 +338,33 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None) -> Obje
         return accuracy if not spec.multi else (accuracy, tokens)
 
     return objective
+
+
+def _compile_trial(
+    spec: SweepSpec, program: Any, metric: Any, searched: dict[str, Any]
+) -> tuple[Any, dict[str, float]]:
+    """Compile a trial's program on the train split (validation decisions on the last ``val_limit`` items
+    of ``valset``, away from the first items the sweep scores). Returns the program and the compile
+    phase's totals, which go to the trial's ``compile_tokens`` attribute, not to its tokens/item objective."""
+    from dspy_for.datasets import load_dataset
+    from dspy_for.lm import make_lm
+    from dspy_for.optimizers import compile_program
+
+    cfg = {**dict(spec.compile or {}), **searched}
+    kind = cfg.pop("kind")
+    d = spec.dataset
+    trainset = load_dataset(d.name, cfg.pop("trainset", "train"), data_dir=d.data_dir,
+                            limit=cfg.pop("train_limit", None), seed=d.seed)
+    valset = load_dataset(d.name, cfg.pop("valset", "val"), data_dir=d.data_dir, seed=d.seed)
+    val_limit = cfg.pop("val_limit", None)
+    if val_limit:
+        valset = valset[-int(val_limit):]  # the end of the split: the sweep scores its first items
+    optimizer_lm = make_lm(cfg.pop("optimizer_lm", spec.lm), max_tokens=spec.max_tokens)
+    result = compile_program(kind, program, trainset=trainset, valset=valset, metric=metric, seed=spec.seed,
+                             optimizer_lm=optimizer_lm, **cfg)
+    total = result.usage.get("total", {})
+    return result.program, {"tokens": float(total.get("tokens", 0) + total.get("cached_tokens", 0)),
+                            "calls": float(total.get("calls", 0))}
 
 
 def _lm_temperature(method: str, options: dict[str, Any]) -> float:
@@ -474,7 +517,8 @@ def _final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
 
     best = study.best_trial
     method, params = spec.decode(best.params)
-    options = {**spec.fixed_for(method), **params}
+    compile_opts = {k[len("compile."):]: v for k, v in params.items() if k.startswith("compile.")}
+    options = {**spec.fixed_for(method), **{k: v for k, v in params.items() if not k.startswith("compile.")}}
     temperature = _lm_temperature(method, options)
     lm = make_lm(spec.lm, max_tokens=spec.max_tokens, temperature=temperature)
     role_lms = {r: make_lm(s, max_tokens=spec.max_tokens, temperature=temperature)
@@ -482,6 +526,8 @@ def _final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
     d = spec.dataset
     examples = load_dataset(d.name, spec.test_split, data_dir=d.data_dir, limit=d.limit, seed=d.seed)
     program = build_method(method, signature_for(d.name), lm=lm, role_lms=role_lms, **options)
+    if spec.compile is not None:  # the DSPy cache replays the best trial's compile phase
+        program, _ = _compile_trial(spec, program, metric_for(d.name), compile_opts)
     res = evaluate_method(program, examples, metric=metric_for(d.name), num_threads=spec.num_threads)
     lo, hi = res.ci
     return {"method": method, "params": params, "accuracy": res.accuracy, "ci_low": lo, "ci_high": hi,

@@ -248,3 +248,72 @@ def test_bad_multi_method_configs(tmp_path, edit, message):
     cfg.write_text(MULTI.replace(*edit, 1))
     with pytest.raises(ConfigError, match=message):
         load_sweep_spec(cfg)
+
+
+TEXTGRAD_SWEEP = """
+method = "cot"
+study = "tg"
+lm = "openai/fake"
+n_trials = 2
+chunk_size = 3
+pruner = "none"
+compile = { kind = "textgrad", trainset = "sample", valset = "sample", train_limit = 6, val_limit = 3, epochs = 1 }
+enqueue = [{ compile = { steps_per_epoch = 1, batch_size = 2 } }, { compile = { steps_per_epoch = 2, batch_size = 2 } }]
+[dataset]
+name = "gsm8k"
+split = "sample"
+first = 3
+[search.compile.steps_per_epoch]
+type = "int"
+low = 1
+high = 2
+[search.compile.batch_size]
+type = "int"
+low = 1
+high = 3
+"""
+
+
+def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tmp_path, monkeypatch):
+    import re
+
+    from dspy_for.datasets import load_dataset
+
+    gold = {e.question: e.answer for e in load_dataset("gsm8k", "sample")}
+
+    def respond(messages, max_tokens):
+        sys = system_text(messages)
+        fields = re.findall(r"`(\w+)`", sys.split("Your output fields are:")[1].split("All interactions")[0])
+        if fields == ["reasoning", "answer"]:  # the task: right only once TextGrad wrote GOOD into its prompt
+            question = messages[-1]["content"].split("[[ ## question ## ]]")[1].split("Respond with")[0].strip()
+            return {"reasoning": "r", "answer": str(gold[question] if "GOOD" in sys else -1)}
+        return {f: "GOOD: show every step." for f in fields}  # gradient / optimizer roles
+
+    lm = ScriptedLM(respond)
+    monkeypatch.setattr(lm_pkg, "make_lm", lambda spec, **o: lm)
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "tg.toml"
+    cfg.write_text(TEXTGRAD_SWEEP)
+    result = sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    one_step, two_steps = result.study.trials
+    assert one_step.params == {"compile.steps_per_epoch": 1, "compile.batch_size": 2}
+    assert one_step.value == two_steps.value == 1.0  # TextGrad's update fixed the prompt (uncompiled: 0/3)
+    # the searched option reached the optimizer: a second step costs more compile calls
+    assert two_steps.user_attrs["compile_calls"] > one_step.user_attrs["compile_calls"] > 0
+    assert one_step.user_attrs["compile_tokens"] > 0
+    lm.calls.clear()
+    monkeypatch.setattr("dspy_for.experiments.sweeps._compile_trial", lambda spec, program, *a: (program, {
+        "tokens": 0.0, "calls": 0.0}))
+    cfg.write_text(TEXTGRAD_SWEEP.replace('study = "tg"', 'study = "tg_off"'))
+    assert sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db").study.trials[0].value == 0.0
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace('compile = { kind = "textgrad"', 'compile = { kind = "adam"'), "`compile` needs `kind`"),
+    (lambda t: t.replace("[search.compile.batch_size]", "[search.compile.lr]"), "Unknown compile option `lr`"),
+    (lambda t: "\n".join(line for line in t.splitlines() if not line.startswith("compile =")),
+     "has no `compile` table"),
+])
+def test_bad_compile_sweep_configs(tmp_path, edit, message):
+    with pytest.raises(ConfigError, match=message):
+        load_sweep_spec(_bad(tmp_path, edit(TEXTGRAD_SWEEP)))
