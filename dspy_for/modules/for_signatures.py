@@ -35,7 +35,10 @@ The Debater only asks questions: a question is NOT a sign that you are wrong.
 1. For each new question, re-check the exact step of your previous work it points at, and reply to it in
    `responses` (one reply per question, in order).
 2. Set `error_found` to true ONLY if that re-check reveals a concrete mistake you can name (a wrong
-   number, a misread fact, a wrong operation). Describe it in `error`, or write "none".
+   number, a misread fact, a wrong operation, a given that your work never used). Describe it in
+   `error`, or write "none". A question about a number from the task that your work never used
+   usually means a step is missing: find where that number belongs; if it changes the result, that is
+   a concrete error.
 3. Solve the ORIGINAL task again in full, step by step, in `reasoning`. If you found no concrete error,
    redo the same work and keep your answer. If you found one, fix only that mistake.
 4. Give the final answer in the output fields."""
