@@ -164,6 +164,7 @@ def compare(
     dataset: Annotated[str | None, typer.Option(help="Dataset name (replaces the config's list).")] = None,
     split: Annotated[str | None, typer.Option(help="Split: train, val, test, sample.")] = None,
     limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items.")] = None,
+    first: Annotated[int | None, typer.Option(help="Only the first N items of each split (after --limit).")] = None,
     methods: Annotated[str | None, typer.Option(help="Comma-separated method labels or names.")] = None,
     lm: Annotated[str | None, typer.Option(help=LM_HELP)] = None,
     role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
@@ -178,7 +179,7 @@ def compare(
     from dspy_for.experiments.report import rich_tables
 
     try:
-        result = run_compare(config, dataset=dataset, split=split, limit=limit, methods=methods, lm=lm,
+        result = run_compare(config, dataset=dataset, split=split, limit=limit, first=first, methods=methods, lm=lm,
                              role_lms=role_lm or None, data_dir=data_dir, tracking_uri=tracking_uri,
                              match_budget=match_budget or None, autolog=autolog or None, num_threads=threads)
     except DspyForError as exc:
@@ -206,6 +207,7 @@ def sweep(
     study: Annotated[str | None, typer.Option(help="Study name (resumes it if it exists).")] = None,
     workers: Annotated[int, typer.Option(help="Local worker processes on the same study.")] = 1,
     limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N validation items.")] = None,
+    first: Annotated[int | None, typer.Option(help="Only the first N validation items (after --limit).")] = None,
     lm: Annotated[str | None, typer.Option(help=LM_HELP)] = None,
     role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
     data_dir: Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")] = None,
@@ -225,7 +227,8 @@ def sweep(
         sweep_logger.setLevel(logging.INFO)
     try:
         result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, n_trials=n_trials,
-                           storage=storage, study=study, limit=limit, lm=lm, role_lms=role_lm or None,
+                           storage=storage, study=study, limit=limit, first=first, lm=lm,
+                           role_lms=role_lm or None,
                            data_dir=data_dir, tracking_uri=tracking_uri)
     except DspyForError as exc:
         _fail(exc)

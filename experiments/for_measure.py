@@ -64,6 +64,7 @@ def main() -> None:
                 rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": a, "lo": lo2,
                              "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed})
     (out / "summary.json").write_text(json.dumps({"rows": rows, "debate": diagnostics}, indent=2))
+    _plot(rows, out / "accuracy.png", title=f"{args.dataset} {args.split} first {len(examples)}, {args.lm}")
     print(f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s}")
     for row in rows:
         tok = f"{row['tokens_per_item']:.0f}" if row["tokens_per_item"] is not None else "-"
@@ -79,6 +80,31 @@ def main() -> None:
         for f in d["flips"]:
             print(f"  revision {f['round']}: changed {f['changed']}, right→wrong {f['right_to_wrong']}, "
                   f"wrong→right {f['wrong_to_right']}")
+
+
+def _plot(rows: list[dict], path: Path, title: str) -> None:
+    """Accuracy with 95% CIs per method (bars) and tokens/item (labels)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    labels = [r["method"].replace(" (prefix of N=3)", "*") for r in rows]
+    accs = [r["acc"] for r in rows]
+    errs = [[r["acc"] - r["lo"] for r in rows], [r["hi"] - r["acc"] for r in rows]]
+    bars = ax.bar(range(len(rows)), accs, yerr=errs, capsize=4, color="#4c72b0")
+    for bar, r in zip(bars, rows, strict=True):
+        if r["tokens_per_item"] is not None:
+            ax.annotate(f"{r['tokens_per_item']:.0f} tok", (bar.get_x() + bar.get_width() / 2, 0.01),
+                        ha="center", va="bottom", fontsize=7, color="white", rotation=90)
+    ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("accuracy (95% CI)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{title}\n* = no-Host prefix A_k of the N = 3 run", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

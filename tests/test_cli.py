@@ -43,3 +43,20 @@ def test_ask_for_on_a_real_local_model():
     assert result.exit_code == 0, result.output
     assert "Defender · A0" in result.output and "Debater · round 1" in result.output
     assert "usage per role" in result.output and "defender" in result.output
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_first_flag_reaches_the_library_call(monkeypatch, command):
+    import dspy_for.experiments.comparison as comparison
+    import dspy_for.experiments.sweeps as sweeps
+    from dspy_for.errors import ConfigError
+
+    seen = {}
+
+    def fake(config, **overrides):
+        seen.update(overrides)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(comparison if command == "compare" else sweeps, command, fake)
+    result = runner.invoke(app, [command, "x.toml", "--first", "7"])
+    assert result.exit_code == 2 and "stop here" in result.output and seen["first"] == 7
