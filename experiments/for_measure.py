@@ -76,7 +76,9 @@ def main() -> None:
         print(f"\nN = 3 debate ({'guard on' if guard else 'guard off'}): Defender named an error in "
               f"{d['error_found_rate']:.0%} of {d['revisions']} revisions; Debater items breaking the rules: "
               f"{d['collapse_first_attempt']:.1%} of {d['debater_items']} on first attempt, "
-              f"{d['collapse_after_reask']:.1%} after the guard's re-ask")
+              f"{d['collapse_after_reask']:.1%} after the guard's re-ask; keep_unless_error set aside "
+              f"{d['kept_previous']} changed answers ({d['kept_saved']} saved a right answer, "
+              f"{d['kept_cost']} lost one)")
         for f in d["flips"]:
             print(f"  revision {f['round']}: changed {f['changed']}, right→wrong {f['right_to_wrong']}, "
                   f"wrong→right {f['wrong_to_right']}")

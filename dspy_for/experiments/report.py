@@ -93,6 +93,12 @@ def round_accuracy(items: list[Any], metric: Any) -> list[tuple[float, float, fl
     return out
 
 
+def _answer_index(item: Any, turn: dict[str, Any]) -> int:
+    """The index in ``answers_by_round`` of the answer that stood after revision ``turn``."""
+    revisions = [t for t in (item.trajectory or []) if t.get("type") == "revision"]
+    return next(i for i, t in enumerate(revisions, start=1) if t is turn)
+
+
 def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
     """What the debate did, from one FOR run's trajectories: answer flips per round, how often the Defender
     named an error, and the Debater's role collapse with and without the guard.
@@ -100,6 +106,9 @@ def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
     - ``flips``: per round r >= 1, how many items went right → wrong and wrong → right from A_{r-1} to A_r,
       and how many changed their answer at all.
     - ``error_found_rate``: share of revisions in which the Defender said it found a concrete error.
+    - ``kept_previous``: revisions whose changed answer ``keep_unless_error`` set aside (no named error),
+      with how many of those set-aside answers were right (``kept_cost``: the rule lost a right answer)
+      and how many were wrong while the kept one was right (``kept_saved``).
     - ``collapse_first_attempt``: share of the Debater's first-attempt items that broke the questions-only
       rules; without the guard, every one of them reaches the Defender (the unguarded collapse rate).
     - ``collapse_after_reask``: share of the items of each round's last attempt that still break the rules
@@ -113,7 +122,7 @@ def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
 
     rounds = max((len(i.answers_by_round or []) for i in items), default=0)
     flips = [{"round": r, "right_to_wrong": 0, "wrong_to_right": 0, "changed": 0} for r in range(1, rounds)]
-    revisions = errors = 0
+    revisions = errors = kept = kept_cost = kept_saved = 0
     first, final = [0, 0], [0, 0]  # [items, violating items]
     for it in items:
         answers = it.answers_by_round or []
@@ -129,6 +138,13 @@ def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
             if turn.get("type") == "revision":
                 revisions += 1
                 errors += bool(fields.get("error_found"))
+                if fields.get("kept_previous"):
+                    kept += 1
+                    discarded = score({k: v for k, v in fields.items() if k in (answers[0] if answers else {})},
+                                      it.gold)
+                    kept_right = score(answers[min(_answer_index(it, turn), len(answers) - 1)], it.gold)
+                    kept_cost += discarded
+                    kept_saved += kept_right and not discarded
             elif turn.get("type") == "questions":
                 if fields.get("attempt", 0) == 0:
                     first[0] += len(fields.get("questions", []))
@@ -142,6 +158,9 @@ def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
         "flips": flips,
         "revisions": revisions,
         "error_found_rate": errors / revisions if revisions else 0.0,
+        "kept_previous": kept,
+        "kept_cost": kept_cost,
+        "kept_saved": kept_saved,
         "debater_items": first[0],
         "collapse_first_attempt": first[1] / first[0] if first[0] else 0.0,
         "collapse_after_reask": final[1] / final[0] if final[0] else 0.0,

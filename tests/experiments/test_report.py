@@ -42,6 +42,17 @@ def test_debate_diagnostics_counts_flips_errors_and_collapse():
     assert [round(a, 2) for a, _, _ in round_accuracy(items, numeric_match)] == [0.5, 0.0, 0.5]
 
 
+def test_debate_diagnostics_counts_what_keep_unless_error_set_aside():
+    kept_right = {"type": "revision", "round": 1, "fields": {"error_found": False, "kept_previous": True,
+                                                             "answer": 15.0}}
+    kept_wrong = {"type": "revision", "round": 1, "fields": {"error_found": False, "kept_previous": True,
+                                                             "answer": 36.0}}
+    items = [item(36.0, [36.0, 36.0], [kept_right]),   # set aside a wrong 15, kept the right 36: saved
+             item(36.0, [30.0, 30.0], [kept_wrong])]   # set aside a right 36, kept the wrong 30: cost
+    d = debate_diagnostics(items, numeric_match)
+    assert (d["kept_previous"], d["kept_saved"], d["kept_cost"]) == (2, 1, 1)
+
+
 def test_debate_diagnostics_of_no_items_is_empty_not_an_error():
     d = debate_diagnostics([], numeric_match)
     assert d["flips"] == [] and d["collapse_first_attempt"] == 0.0 and d["error_found_rate"] == 0.0
