@@ -15,7 +15,8 @@ costs only the Host call.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import dspy
@@ -198,7 +199,11 @@ class FORPrompting(dspy.Module):
             try:
                 while True:
                     name, call = gen.send(reply)
-                    reply, local_trace = self._run(name, call, usage, local_trace)
+                    if name.startswith("_"):
+                        reply, local_trace = self._control(name, usage, local_trace)
+                        continue
+                    with self._role_call(name, call) as local_trace:
+                        reply = getattr(self, name)(**call)
             except StopIteration as stop:
                 pred: dspy.Prediction = stop.value
         pred.usage = usage.to_dict()
@@ -214,24 +219,19 @@ class FORPrompting(dspy.Module):
                 while True:
                     name, call = gen.send(reply)
                     if name.startswith("_"):
-                        reply, local_trace = self._run(name, call, usage, local_trace)
+                        reply, local_trace = self._control(name, usage, local_trace)
                         continue
-                    discard = call.pop("_discard_trace", False)
-                    with role(_ROLE_OF[name]):
-                        if discard:
-                            local_trace = []
-                            with dspy.context(trace=local_trace):
-                                reply = await getattr(self, name).acall(**call)
-                        else:
-                            local_trace = None
-                            reply = await getattr(self, name).acall(**call)
+                    with self._role_call(name, call) as local_trace:
+                        reply = await getattr(self, name).acall(**call)
             except StopIteration as stop:
                 pred: dspy.Prediction = stop.value
         pred.usage = usage.to_dict()
         _attach_turn_usage(pred, usage)
         return pred
 
-    def _run(self, name: str, call: dict[str, Any], usage: Any, local_trace: list[Any] | None) -> tuple[Any, Any]:
+    @staticmethod
+    def _control(name: str, usage: Any, local_trace: list[Any] | None) -> tuple[Any, list[Any] | None]:
+        """The protocol's non-LM requests: the tokens spent so far, and keeping an accepted attempt."""
         if name == "_tokens":
             return usage.total.served_tokens, local_trace
         if name == "_keep_trace":
@@ -239,13 +239,20 @@ class FORPrompting(dspy.Module):
             if local_trace and dspy.settings.trace is not None:
                 dspy.settings.trace.extend(local_trace)
             return None, None
+        raise ValueError(f"unknown protocol request {name!r}")
+
+    @staticmethod
+    @contextmanager
+    def _role_call(name: str, call: dict[str, Any]) -> Iterator[list[Any] | None]:
+        """Attribute the call to its role; a Debater attempt the guard may reject gets a private trace."""
         discard = call.pop("_discard_trace", False)
         with role(_ROLE_OF[name]):
-            if discard:
-                local_trace = []
-                with dspy.context(trace=local_trace):
-                    return getattr(self, name)(**call), local_trace
-            return getattr(self, name)(**call), None
+            if not discard:
+                yield None
+                return
+            local_trace: list[Any] = []
+            with dspy.context(trace=local_trace):
+                yield local_trace
 
     # ------------------------------------------------------------------- per-role LMs inside wrappers
 
