@@ -44,11 +44,12 @@ def main() -> None:
     dspy.configure(lm=lm)
     sig = "question -> answer: float"
     guard = args.guard == "on"
+    suffix = "" if guard else "_noguard"
     runs = {
         "single": build_method("single", sig),
         "cot": build_method("cot", sig),
-        f"for_n3_host{'' if guard else '_noguard'}": build_method("for", sig, rounds=3, host=True, guard=guard),
-        f"for_n1_host{'' if guard else '_noguard'}": build_method("for", sig, rounds=1, host=True, guard=guard),
+        f"for_n3_host{suffix}": build_method("for", sig, rounds=3, host=True, guard=guard),
+        f"for_n1_host{suffix}": build_method("for", sig, rounds=1, host=True, guard=guard),
     }
     rows = []
     diagnostics = {}
@@ -63,8 +64,9 @@ def main() -> None:
             for k, (a, lo2, hi2) in enumerate(round_accuracy(r.items, numeric_match)):
                 rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": a, "lo": lo2,
                              "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed})
-    (out / "summary.json").write_text(json.dumps({"rows": rows, "debate": diagnostics}, indent=2))
-    _plot(rows, out / "accuracy.png", title=f"{args.dataset} {args.split} first {len(examples)}, {args.lm}")
+    (out / f"summary{suffix}.json").write_text(json.dumps({"rows": rows, "debate": diagnostics}, indent=2))
+    _plot(rows, out / f"accuracy{suffix}.png",
+          title=f"{args.dataset} {args.split} first {len(examples)}, {args.lm}, guard {args.guard}")
     print(f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s}")
     for row in rows:
         tok = f"{row['tokens_per_item']:.0f}" if row["tokens_per_item"] is not None else "-"
