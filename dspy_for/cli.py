@@ -173,6 +173,8 @@ def compare(
     match_budget: Annotated[bool, typer.Option(help="Size self-consistency and Refine to FOR's tokens/item.")] = False,
     autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
     threads: Annotated[int | None, typer.Option(help="Parallel items (the local server is serial).")] = None,
+    results_dir: Annotated[str | None, typer.Option(
+        help="Where per-item results are kept for resume (default mlruns/compare/items).")] = None,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
     from dspy_for.experiments.comparison import compare as run_compare
@@ -181,7 +183,8 @@ def compare(
     try:
         result = run_compare(config, dataset=dataset, split=split, limit=limit, first=first, methods=methods, lm=lm,
                              role_lms=role_lm or None, data_dir=data_dir, tracking_uri=tracking_uri,
-                             match_budget=match_budget or None, autolog=autolog or None, num_threads=threads)
+                             match_budget=match_budget or None, autolog=autolog or None, num_threads=threads,
+                             results_dir=results_dir)
     except DspyForError as exc:
         _fail(exc)
         return

@@ -82,6 +82,7 @@ def compare(spec_or_path: ExperimentSpec | str | Path | None = None, **overrides
         "sqlite:///") else Path("mlruns")
     run_dir = root / "compare" / spec.fingerprint()
     run_dir.mkdir(parents=True, exist_ok=True)
+    items_dir = Path(spec.results_dir) if spec.results_dir else root / "compare" / "items"
     out = ComparisonResult(spec=spec, run_dir=run_dir)
     if spec.autolog:
         mlflow.dspy.autolog()
@@ -102,7 +103,7 @@ def compare(spec_or_path: ExperimentSpec | str | Path | None = None, **overrides
                 options = m.options
                 if spec.match_budget and m.name in ("self_consistency", "refine"):
                     options = _matched_budget(out.results[d.name], m)
-                res, err = _run_one(spec, d, m, options, examples, metric, sig, run_dir)
+                res, err = _run_one(spec, d, m, options, examples, metric, sig, run_dir, items_dir)
                 if res is not None:
                     out.results[d.name][m.label] = res
                 if err:
@@ -138,7 +139,7 @@ def _matched_budget(done: dict[str, MethodResult], m: MethodConfig) -> dict[str,
 
 def _run_one(
     spec: ExperimentSpec, d: Any, m: MethodConfig, options: dict[str, Any], examples: list[dspy.Example],
-    metric: Any, sig: str, run_dir: Path,
+    metric: Any, sig: str, run_dir: Path, items_dir: Path,
 ) -> tuple[MethodResult | None, str | None]:
     import mlflow
 
@@ -148,10 +149,12 @@ def _run_one(
     try:
         default, role_lms = _lms_for(spec, m)
         program = build_method(m.name, sig, lm=default, role_lms=role_lms, **options)
+        roles = get_method(m.name).roles
+        stem = items_dir / d.name / d.split / f"{m.label}.{spec.item_key(d, m, options, list(roles))}"
+        stem.parent.mkdir(parents=True, exist_ok=True)
         compile_usage = None
         if m.compile:
-            program, compile_usage = _compile(spec, d, m, program, metric, run_dir)
-        roles = get_method(m.name).roles
+            program, compile_usage = _compile(spec, d, m, program, metric, stem)
         lm_params = {r: describe_lm(role_lms.get(r, default)) for r in roles}
         mlflow.log_params(tracking.safe_params({
             "method": m.name, "label": m.label, "options": options, "lm": lm_params,
@@ -164,12 +167,13 @@ def _run_one(
         with dspy.context(lm=default):
             res = evaluate_method(
                 program, examples, metric=metric, num_threads=spec.num_threads,
-                results_path=run_dir / d.name / f"{m.label}.jsonl", desc=f"{m.label} on {d.name}",
+                results_path=stem.with_name(stem.name + ".jsonl"), desc=f"{m.label} on {d.name}",
                 pass_labels=bool(getattr(program, "uses_labels", False)),
             )
         res.label = m.label
         _log_result(res, compile_usage)
         program_path = run_dir / d.name / f"{m.label}.program.json"
+        program_path.parent.mkdir(parents=True, exist_ok=True)
         program.save(str(program_path))
         mlflow.log_artifact(str(program_path))
         if res.n_failed:
@@ -186,7 +190,7 @@ def _run_one(
 
 
 def _compile(spec: ExperimentSpec, d: Any, m: MethodConfig, program: dspy.Module, metric: Any,
-             run_dir: Path) -> tuple[dspy.Module, dict[str, Any]]:
+             stem: Path) -> tuple[dspy.Module, dict[str, Any]]:
     from dspy_for.errors import ConfigError, require
 
     optimizers = require("dspy_for.optimizers", extra="dev", package="dspy-for (optimizers)")
@@ -198,7 +202,7 @@ def _compile(spec: ExperimentSpec, d: Any, m: MethodConfig, program: dspy.Module
                             limit=cfg.pop("train_limit", None), seed=d.seed)
     valset = load_dataset(d.name, cfg.pop("valset", "val"), data_dir=d.data_dir,
                           limit=cfg.pop("val_limit", None), seed=d.seed)
-    cached = run_dir / d.name / f"{m.label}.compiled.json"
+    cached = stem.with_name(stem.name + ".compiled.json")
     if cached.is_file():
         program.load(str(cached))
         return program, json.loads((cached.with_suffix(".usage.json")).read_text())

@@ -11,6 +11,7 @@ Config layout (see ``experiments/*.toml``)::
     baseline = "cot"                   # label the table's Δ and paired p-values refer to
     match_budget = false
     role_lms = { host = "local/qwen2.5-coder-1.5b" }
+    results_dir = "experiments/results/my_run"   # per-item results (resume); default mlruns/compare/
 
     [[datasets]]
     name = "gsm8k"
@@ -92,6 +93,7 @@ class ExperimentSpec:
     autolog: bool = False
     tracking_uri: str | None = None
     cache: bool = True
+    results_dir: str | None = None
 
     def validate(self) -> ExperimentSpec:
         from dspy_for.datasets import dataset_info
@@ -128,15 +130,32 @@ class ExperimentSpec:
     def fingerprint(self) -> str:
         """Hash of everything that changes results (not tracking or threading), naming the resume dir."""
         d = asdict(self)
-        for k in ("tracking_uri", "num_threads", "autolog", "experiment", "baseline"):
+        for k in ("tracking_uri", "num_threads", "autolog", "experiment", "baseline", "results_dir"):
             d.pop(k, None)
-        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return _hash(d)
+
+    def item_key(self, dataset: DatasetConfig, method: MethodConfig, options: dict[str, Any], roles: list[str]) -> str:
+        """Hash of what decides one item's result for ``method`` on ``dataset``: its LMs, options and compile
+        settings, the split and the data, but not how many items run (``limit``/``first``) nor the other
+        methods. Per-item results are stored under it, so a run grown from 10 to 50 items, or given one
+        more method, only runs what is new."""
+        lms = {r: s for r, s in {**self.role_lms, **method.role_lms}.items() if r in roles}
+        return _hash({
+            "lm": self.lm, "role_lms": lms, "max_tokens": self.max_tokens, "seed": self.seed, "cache": self.cache,
+            "dataset": {"name": dataset.name, "split": dataset.split, "data_dir": dataset.data_dir,
+                        "seed": dataset.seed},
+            "method": {"name": method.name, "options": options, "compile": method.compile},
+        })
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 _TOP = {f.name for f in fields(ExperimentSpec)}
+
+
+def _hash(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _parse(data: dict[str, Any], where: str) -> ExperimentSpec:
@@ -167,7 +186,7 @@ def load_spec(path: str | Path | None = None, **overrides: Any) -> ExperimentSpe
     Overrides: ``dataset``, ``split``, ``limit``, ``first``, ``data_dir`` (applied to every dataset; a
     ``dataset`` replaces the list), ``methods`` (list or "a,b,c" of labels or method names), ``lm``,
     ``role_lms`` (dict or ["ROLE=SPEC", ...]), ``tracking_uri``, ``match_budget``, ``num_threads``,
-    ``seed``, ``experiment``, ``autolog``, ``max_tokens``, ``baseline``.
+    ``seed``, ``experiment``, ``autolog``, ``max_tokens``, ``baseline``, ``results_dir``.
     """
     data = read_toml(path, "Config file", "experiments/*.toml") if path is not None else {}
     where = f"`{path}`" if path is not None else "the config"

@@ -113,9 +113,9 @@ def test_killed_run_resumes_without_redoing_finished_items(scripted, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     spec = load_spec(_write(tmp_path), tracking_uri=uri)
     compare(spec)
-    run_dir = next((tmp_path / "mlruns" / "compare").iterdir())
-    lines = (run_dir / "gsm8k" / "for_n1.jsonl").read_text().splitlines()
-    (run_dir / "gsm8k" / "for_n1.jsonl").write_text("\n".join(lines[:2]) + "\n{\"torn")  # killed mid-write
+    (path,) = (tmp_path / "mlruns" / "compare" / "items" / "gsm8k" / "sample").glob("for_n1.*.jsonl")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:2]) + "\n{\"torn")  # killed mid-write
     from dspy.clients.cache import Cache
 
     dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10)
@@ -124,6 +124,32 @@ def test_killed_run_resumes_without_redoing_finished_items(scripted, tmp_path):
     new_calls = len(scripted.calls) - before
     assert new_calls == 2 * 4  # two FOR items redone (4 calls each), nothing else
     assert result.results["gsm8k"]["for_n1"].n == 4
+
+
+def test_growing_the_subset_or_adding_a_method_runs_only_what_is_new(scripted, tmp_path):
+    """Iterate on a few items, then grow the run: finished items of every method are reused from
+    ``results_dir`` even without the DSPy cache (a fresh machine with the results committed)."""
+    from dspy.clients.cache import Cache
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    results = tmp_path / "results"
+    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="cot,for_n1", results_dir=str(results))
+    assert sorted(p.name.split(".")[0] for p in (results / "gsm8k" / "sample").glob("*.jsonl")) == ["cot", "for_n1"]
+
+    dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10)
+    before = len(scripted.calls)
+    result = compare(_write(tmp_path), tracking_uri=uri, first=3, results_dir=str(results))
+    new_calls = len(scripted.calls) - before
+    # one new item for cot (1 call) and for_n1 (4 calls), three items for the newly added `single`
+    assert new_calls == 1 + 4 + 3
+    assert {label: r.n for label, r in result.results["gsm8k"].items()} == {"single": 3, "cot": 3, "for_n1": 3}
+
+    # a changed option is a different result: nothing of the old FOR items is reused for it
+    dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10)
+    before = len(scripted.calls)
+    compare(_write(tmp_path, CONFIG.replace("rounds = 1", "rounds = 1, host = false")), tracking_uri=uri,
+            first=3, methods="for_n1", baseline="for_n1", results_dir=str(results))
+    assert len(scripted.calls) - before == 3 * 3  # defender, debater, revise per item; no Host
 
 
 def test_one_failing_method_leaves_the_others_logged(scripted, tmp_path, monkeypatch):
