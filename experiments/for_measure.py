@@ -19,10 +19,10 @@ import dspy
 from dspy_for import make_lm
 from dspy_for.datasets import load_dataset
 from dspy_for.experiments.methods import build_method
-from dspy_for.experiments.report import debate_diagnostics, round_accuracy
+from dspy_for.experiments.report import debate_diagnostics, round_scores
 from dspy_for.experiments.runner import evaluate_method
 from dspy_for.metrics import numeric_match
-from dspy_for.stats import mean_with_ci
+from dspy_for.stats import mean_with_ci, paired_comparison
 
 
 def main() -> None:
@@ -59,20 +59,32 @@ def main() -> None:
         rows.append({"method": label, "n": r.n, "acc": acc, "lo": lo, "hi": hi,
                      "tokens_per_item": r.tokens_per_item, "calls_per_item": r.calls_per_item,
                      "failed": r.n_failed, **{f"mean_{k}": v for k, v in r.stats_mean.items()}})
+        rows[-1]["scores"] = r.scores
         if label.startswith("for_n3"):
             diagnostics = debate_diagnostics(r.items, numeric_match)
-            for k, (a, lo2, hi2) in enumerate(round_accuracy(r.items, numeric_match)):
-                rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": a, "lo": lo2,
-                             "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed})
+            for k, scores in enumerate(round_scores(r.items, numeric_match, rounds=4)):  # A_0..A_3
+                acc, lo2, hi2 = mean_with_ci(scores)
+                rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": acc, "lo": lo2,
+                             "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed,
+                             "scores": scores})
+    by_method = {row["method"]: row["scores"] for row in rows}
+    for row in rows:  # paired tests on the same items: exact McNemar
+        for base in ("single", "cot"):
+            if row["method"] != base:
+                c = paired_comparison(row["scores"], by_method[base])
+                row[f"vs_{base}"] = {"diff": c.diff, "lo": c.low, "high": c.high, "p": c.p_value}
     (out / f"summary{suffix}.json").write_text(json.dumps({"rows": rows, "debate": diagnostics}, indent=2))
     _plot(rows, out / f"accuracy{suffix}.png",
           title=f"{args.dataset} {args.split} first {len(examples)}, {args.lm}, guard {args.guard}")
-    print(f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s}")
+    print(f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s} "
+          f"{'vs single (p)':>15s} {'vs CoT (p)':>15s}")
     for row in rows:
         tok = f"{row['tokens_per_item']:.0f}" if row["tokens_per_item"] is not None else "-"
         calls = f"{row['calls_per_item']:.1f}" if row["calls_per_item"] is not None else "-"
         ci = f"[{row['lo']:5.1%}, {row['hi']:5.1%}]"
-        print(f"{row['method']:38s} {row['n']:3d} {row['acc']:6.1%} {ci} {tok:>9s} {calls:>6s}")
+        vs = [f"{row[k]['diff']:+.0%} ({row[k]['p']:.3f})" if k in row else "-" for k in ("vs_single", "vs_cot")]
+        print(f"{row['method']:38s} {row['n']:3d} {row['acc']:6.1%} {ci} {tok:>9s} {calls:>6s} "
+              f"{vs[0]:>15s} {vs[1]:>15s}")
     if diagnostics:
         d = diagnostics
         print(f"\nN = 3 debate ({'guard on' if guard else 'guard off'}): Defender named an error in "

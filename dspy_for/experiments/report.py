@@ -9,7 +9,7 @@ from dspy_for.stats import mean_with_ci, paired_comparison
 if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
 
-__all__ = ["debate_diagnostics", "figures", "rich_tables", "round_accuracy", "summary_rows", "table_text"]
+__all__ = ["debate_diagnostics", "figures", "rich_tables", "round_accuracy", "round_scores", "summary_rows", "table_text"]
 
 
 def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
@@ -77,11 +77,16 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
     return tables
 
 
-def round_accuracy(items: list[Any], metric: Any) -> list[tuple[float, float, float]]:
-    """Accuracy (with CI) of every prefix A_0..A_N from one FOR run's ``answers_by_round``."""
+def round_scores(items: list[Any], metric: Any, rounds: int | None = None) -> list[list[float]]:
+    """Per-item scores of every prefix A_0..A_{rounds-1} from one FOR run's ``answers_by_round``.
+
+    A debate that ended early (nothing new to ask) keeps its last answer for the later prefixes.
+    ``rounds`` defaults to the longest ``answers_by_round``.
+    """
     import dspy
 
-    rounds = max((len(i.answers_by_round or []) for i in items), default=0)
+    if rounds is None:
+        rounds = max((len(i.answers_by_round or []) for i in items), default=0)
     out = []
     for k in range(rounds):
         scores = []
@@ -89,8 +94,13 @@ def round_accuracy(items: list[Any], metric: Any) -> list[tuple[float, float, fl
             answers = it.answers_by_round or [{}]
             pred = dspy.Prediction(**answers[min(k, len(answers) - 1)])
             scores.append(float(metric(dspy.Example(answer=it.gold), pred)))
-        out.append(mean_with_ci(scores))
+        out.append(scores)
     return out
+
+
+def round_accuracy(items: list[Any], metric: Any) -> list[tuple[float, float, float]]:
+    """Accuracy (with CI) of every prefix A_0..A_N from one FOR run's ``answers_by_round``."""
+    return [mean_with_ci(scores) for scores in round_scores(items, metric)]
 
 
 def _answer_index(item: Any, turn: dict[str, Any]) -> int:
