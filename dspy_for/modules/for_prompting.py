@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import dspy
 from dspy.signatures.signature import ensure_signature
+from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.errors import ConfigError
 from dspy_for.lm.usage import role, track_usage
@@ -55,6 +56,11 @@ class FORPrompting(dspy.Module):
             loop shows on small models; ``False`` takes every revision as is (the paper's loop).
         defender_lm, debater_lm, host_lm: per-role LMs (``dspy.BaseLM`` or spec strings); default: the
             configured LM.
+
+    A later turn the adapter cannot parse does not lose the debate: unreadable questions ask nothing, an
+    unreadable revision leaves A_r = A_{r-1}, an unreadable synthesis makes A* = A_N; each is recorded
+    (``parse_error`` in its turn) and counted in ``unreadable_turns``. Only an unreadable first answer
+    A0 fails the call, as in ``dspy.Predict``.
     """
 
     def __init__(
@@ -116,6 +122,7 @@ class FORPrompting(dspy.Module):
         asked: list[str] = []
         exchanges: list[tuple[int, list[str], list[str]]] = []
         collapse = 0
+        unreadable = 0  # later-role outputs the adapter could not parse (the debate goes on without them)
         stable_for = 0
 
         out = yield "defender", dict(inputs)
@@ -132,10 +139,16 @@ class FORPrompting(dspy.Module):
             rejected = "none"
             questions: list[str] = []
             for attempt in range(2 if self.guard else 1):
-                out = yield "debater", {"task": task, "current_answer": _render_answer(answer),
-                                        "unused_numbers": unused, "asked_questions": list(asked),
-                                        "rejected": rejected,
-                                        "_discard_trace": attempt == 0 and self.guard}
+                try:
+                    out = yield "debater", {"task": task, "current_answer": _render_answer(answer),
+                                            "unused_numbers": unused, "asked_questions": list(asked),
+                                            "rejected": rejected,
+                                            "_discard_trace": attempt == 0 and self.guard}
+                except AdapterParseError as exc:  # unreadable questions: nothing to ask this round
+                    unreadable += 1
+                    trajectory.append(_turn("debater", "questions", r, {"questions": [], "attempt": attempt,
+                                            "parse_error": _short(exc)}))
+                    break
                 items = [str(q).strip() for q in (out.questions or []) if str(q).strip()]
                 seen = {_norm(q) for q in asked}
                 repeats = [q for q in items if _norm(q) in seen]
@@ -157,9 +170,21 @@ class FORPrompting(dspy.Module):
                     break
                 continue
             rounds_used += 1
-            out = yield "revise", {**inputs, "previous_answer": _render_answer(answer),
-                                   "earlier_dialogue": _render_exchanges(exchanges),
-                                   "questions": questions}
+            try:
+                out = yield "revise", {**inputs, "previous_answer": _render_answer(answer),
+                                       "earlier_dialogue": _render_exchanges(exchanges),
+                                       "questions": questions}
+            except AdapterParseError as exc:  # an unreadable revision changes nothing: A_r = A_{r-1}
+                unreadable += 1
+                trajectory.append(_turn("defender", "revision", r, {"responses": [], "error_found": False,
+                                        "parse_error": _short(exc), "kept_previous": False}))
+                exchanges.append((r, questions, []))
+                asked.extend(questions)
+                answers.append(_fields(answer, outputs))
+                stable_for += 1
+                if self.stop == "stable" and stable_for >= self.patience:
+                    break
+                continue
             revised = _fields(out, ["reasoning", *outputs])
             responses = [str(x) for x in (out.get("responses") or [])]
             error_found = bool(out.get("error_found"))
@@ -179,31 +204,42 @@ class FORPrompting(dspy.Module):
 
         final = answers[-1]
         if self.use_host:
-            out = yield "host", {**inputs, "dialogue": _render_dialogue(trajectory)}
-            final = _fields(out, outputs)
-            trajectory.append(_turn("host", "synthesis", rounds_used, _fields(out, ["reasoning", *outputs])))
+            try:
+                out = yield "host", {**inputs, "dialogue": _render_dialogue(trajectory)}
+                final = _fields(out, outputs)
+                trajectory.append(_turn("host", "synthesis", rounds_used, _fields(out, ["reasoning", *outputs])))
+            except AdapterParseError as exc:  # an unreadable synthesis: the final answer is A_N
+                unreadable += 1
+                trajectory.append(_turn("host", "synthesis", rounds_used, {**final, "parse_error": _short(exc)}))
         return dspy.Prediction(
             **final,
             trajectory=trajectory,
             answers_by_round=answers,
             rounds_used=rounds_used,
             role_collapse=collapse,
-            stats={"rounds_used": float(rounds_used), "role_collapse": float(collapse)},
+            unreadable_turns=unreadable,
+            stats={"rounds_used": float(rounds_used), "role_collapse": float(collapse),
+                   "unreadable_turns": float(unreadable)},
         )
 
     def forward(self, **kwargs: Any) -> dspy.Prediction:
         with track_usage() as usage:
             gen = self._protocol(kwargs)
             reply: Any = None
+            error: AdapterParseError | None = None
             local_trace: list[Any] | None = None
             try:
                 while True:
-                    name, call = gen.send(reply)
+                    name, call = gen.send(reply) if error is None else gen.throw(error)
+                    error = None
                     if name.startswith("_"):
                         reply, local_trace = self._control(name, usage, local_trace)
                         continue
-                    with self._role_call(name, call) as local_trace:
-                        reply = getattr(self, name)(**call)
+                    try:
+                        with self._role_call(name, call) as local_trace:
+                            reply = getattr(self, name)(**call)
+                    except AdapterParseError as exc:  # the protocol decides: carry on without it, or fail
+                        reply, error = None, exc
             except StopIteration as stop:
                 pred: dspy.Prediction = stop.value
         pred.usage = usage.to_dict()
@@ -214,15 +250,20 @@ class FORPrompting(dspy.Module):
         with track_usage() as usage:
             gen = self._protocol(kwargs)
             reply: Any = None
+            error: AdapterParseError | None = None
             local_trace: list[Any] | None = None
             try:
                 while True:
-                    name, call = gen.send(reply)
+                    name, call = gen.send(reply) if error is None else gen.throw(error)
+                    error = None
                     if name.startswith("_"):
                         reply, local_trace = self._control(name, usage, local_trace)
                         continue
-                    with self._role_call(name, call) as local_trace:
-                        reply = await getattr(self, name).acall(**call)
+                    try:
+                        with self._role_call(name, call) as local_trace:
+                            reply = await getattr(self, name).acall(**call)
+                    except AdapterParseError as exc:  # the protocol decides: carry on without it, or fail
+                        reply, error = None, exc
             except StopIteration as stop:
                 pred: dspy.Prediction = stop.value
         pred.usage = usage.to_dict()
@@ -286,6 +327,10 @@ def _num_key(number: str) -> tuple[float, str]:
         return float("inf"), number
 
 
+def _short(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
 def _norm(question: str) -> str:
     return " ".join("".join(c for c in question.lower() if c.isalnum() or c.isspace()).split())
 
@@ -340,6 +385,8 @@ def _render_dialogue(trajectory: list[dict[str, Any]]) -> str:
             accepted = [q for q in f["questions"] if q not in f.get("violations", {})]
             if accepted:
                 lines.append(f"[Debater, round {t['round']}]\n" + "\n".join(f"- {q}" for q in accepted))
+        elif t["type"] == "revision" and "parse_error" in f:
+            lines.append(f"[Defender, A{t['round']}]\n(no readable reply: the previous answer stands)")
         elif t["type"] == "revision":
             body = {k: v for k, v in f.items() if k not in ("responses", "kept_previous")}
             replies = "\n".join(f"- {x}" for x in f.get("responses", []))

@@ -317,3 +317,63 @@ def test_gepa_optimizes_the_role_predictors_under_their_stable_names(tmp_path):
     loaded = FORPrompting("question -> answer: float", rounds=1, host=False)
     loaded.load(str(tmp_path / "gepa_for.json"))
     assert loaded.defender.signature.instructions == after["defender"]
+
+
+def _unreadable_in(roles, answers=(36, 36, 36)):
+    """The role-scripted responder, except that the roles in ``roles`` answer with an expression where the
+    signature wants a float (what the 1.5B Defender did on GSM8K val item 12)."""
+    base = make_responder(answers=answers)
+
+    def respond(messages, max_tokens):
+        out = base(messages, max_tokens)
+        if role_of(messages) in roles:
+            out = {**out, "answer": "(3 + 2.5) / 2 * 60"}
+        return out
+
+    return respond
+
+
+def test_unreadable_host_falls_back_to_a_n():
+    dspy.configure(lm=ScriptedLM(_unreadable_in({"host"})))
+    pred = FORPrompting("question -> answer: float", rounds=1)(question=Q)
+    assert pred.answer == 36.0 and pred.unreadable_turns == 1 and pred.stats["unreadable_turns"] == 1.0
+    host = pred.trajectory[-1]
+    assert host["role"] == "host" and "parse_error" in host["fields"] and host["fields"]["answer"] == 36.0
+
+
+def test_unreadable_revision_keeps_the_previous_answer_and_the_debate_goes_on():
+    log = []
+    base = _unreadable_in({"revise"})
+    state = {"revise": 0}
+
+    def respond(messages, max_tokens):  # only the first revision is unreadable
+        log.append(role_of(messages))
+        if role_of(messages) == "revise":
+            state["revise"] += 1
+            if state["revise"] > 2:  # the adapter's JSON retry of the first revision is call 2
+                return make_responder(answers=(36, 40))(messages, max_tokens) | {"error_found": "True"}
+        return base(messages, max_tokens)
+
+    dspy.configure(lm=ScriptedLM(respond))
+    pred = FORPrompting("question -> answer: float", rounds=2, host=False)(question=Q)
+    assert pred.answers_by_round == [{"answer": 36.0}, {"answer": 36.0}, {"answer": 40.0}]
+    assert pred.rounds_used == 2 and pred.unreadable_turns == 1 and pred.answer == 40.0
+    first = [t for t in pred.trajectory if t["type"] == "revision"][0]
+    assert "parse_error" in first["fields"] and first["fields"]["kept_previous"] is False
+    assert log.count("debater") == 2  # the round-1 questions count as asked; round 2 asks anew
+
+
+def test_unreadable_first_answer_fails_the_item():
+    from dspy.utils.exceptions import AdapterParseError
+
+    dspy.configure(lm=ScriptedLM(_unreadable_in({"defender"})))
+    with pytest.raises(AdapterParseError):
+        FORPrompting("question -> answer: float", rounds=1)(question=Q)
+    with pytest.raises(AdapterParseError):
+        asyncio.run(FORPrompting("question -> answer: float", rounds=1).acall(question=Q))
+
+
+def test_unreadable_turns_are_tolerated_by_aforward_too():
+    dspy.configure(lm=ScriptedLM(_unreadable_in({"host"})))
+    pred = asyncio.run(FORPrompting("question -> answer: float", rounds=1).acall(question=Q))
+    assert pred.answer == 36.0 and pred.unreadable_turns == 1
