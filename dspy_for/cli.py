@@ -49,6 +49,17 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(code=2)
 
 
+def _show_progress(*names: str) -> None:
+    """Print the INFO progress lines of these library loggers (sweep chunks, optimizer steps) on the console."""
+    from rich.logging import RichHandler
+
+    for name in names:
+        log = logging.getLogger(name)
+        if not log.handlers:
+            log.addHandler(RichHandler(console=console, show_path=False))
+            log.setLevel(logging.INFO)
+
+
 # ------------------------------------------------------------------------------------------ models
 
 
@@ -180,6 +191,7 @@ def compare(
     from dspy_for.experiments.comparison import compare as run_compare
     from dspy_for.experiments.report import rich_tables
 
+    _show_progress("dspy_for.optimizers")  # compile steps of compiled methods (TextGrad: one line per update)
     try:
         result = run_compare(config, dataset=dataset, split=split, limit=limit, first=first, methods=methods, lm=lm,
                              role_lms=role_lm or None, data_dir=data_dir, tracking_uri=tracking_uri,
@@ -223,11 +235,7 @@ def sweep(
     from dspy_for.experiments.sweeps import logger as sweep_logger
     from dspy_for.experiments.sweeps import sweep as run_sweep
 
-    if not sweep_logger.handlers:  # one progress line per chunk and per finished trial
-        from rich.logging import RichHandler
-
-        sweep_logger.addHandler(RichHandler(console=console, show_path=False))
-        sweep_logger.setLevel(logging.INFO)
+    _show_progress(sweep_logger.name, "dspy_for.optimizers")  # a line per chunk, finished trial, compile step
     try:
         result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, n_trials=n_trials,
                            storage=storage, study=study, limit=limit, first=first, lm=lm,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -81,6 +82,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/textgrad_bbh.json"))
     args = ap.parse_args()
+    progress = logging.StreamHandler()  # one line per optimizer step (train batch, val, reverted)
+    progress.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    logging.getLogger("dspy_for.optimizers").addHandler(progress)
+    logging.getLogger("dspy_for.optimizers").setLevel(logging.INFO)
 
     task_lm = make_lm(args.task_model, max_tokens=args.task_max_tokens)
     opt_lm = make_lm(args.optimizer_model, max_tokens=args.optimizer_max_tokens)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import time
@@ -172,6 +173,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--out", type=Path, default=Path("/tmp/textgrad_parity.json"))
     args = ap.parse_args()
+    progress = logging.StreamHandler()  # one line per optimizer step (train batch, val, reverted)
+    progress.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    logging.getLogger("dspy_for.optimizers").addHandler(progress)
+    logging.getLogger("dspy_for.optimizers").setLevel(logging.INFO)
     args.start_prompt = START_PROMPT
 
     examples = {s: load_dataset(DATASET, s) for s in ("train", "val", "test")}
