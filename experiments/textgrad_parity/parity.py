@@ -32,6 +32,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy
+from tqdm import tqdm
 
 from dspy_for import make_lm
 from dspy_for.datasets import load_dataset
@@ -93,7 +94,7 @@ def run_library(args: argparse.Namespace, train: list, val: list, test: list) ->
 
     def score(data: list[tuple[str, str]]) -> list[int]:
         out = []
-        for x, y in data:
+        for x, y in tqdm(data, desc=f"library: scoring {len(data)} items", leave=False):
             xv = tg.Variable(x, requires_grad=False, role_description="query to the language model")
             yv = tg.Variable(y, requires_grad=False, role_description="correct answer for the query")
             out.append(int(eval_fn(inputs=dict(prediction=model(xv), ground_truth_answer=yv)).value))
