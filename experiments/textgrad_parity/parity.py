@@ -101,7 +101,7 @@ def run_library(args: argparse.Namespace, train: list, val: list, test: list) ->
         return out
 
     results: dict[str, Any] = {"val": [float(np.mean(score(val)))], "prompt": [system_prompt.get_value()],
-                               "test_per_step": []}
+                               "test_per_step": [], "unparsable_steps": []}
     results["test_before"] = score(test)
     loader = tg.tasks.DataLoader(train, batch_size=args.batch_size, shuffle=True)
     for _epoch in range(args.epochs):
@@ -113,7 +113,15 @@ def run_library(args: argparse.Namespace, train: list, val: list, test: list) ->
                 yv = tg.Variable(y, requires_grad=False, role_description="correct answer for the query")
                 losses.append(eval_fn(inputs=dict(prediction=model(xv), ground_truth_answer=yv)))
             tg.sum(losses).backward()
-            optimizer.step()
+            try:
+                optimizer.step()
+            except IndexError as exc:
+                # The library raises when the optimizer model does not wrap its answer in
+                # <IMPROVED_VARIABLE> tags (the 1.5B does not, sometimes), which would end the run. Count the
+                # update as made-but-unusable and keep the prompt, as our optimizer does with an unusable step.
+                results["unparsable_steps"].append({"step": len(results["val"]), "response": str(exc)[-2000:]})
+                print(f"library step {len(results['val'])}: optimizer output without tags; prompt kept",
+                      flush=True)
             val_acc = float(np.mean(score(val)))
             if val_acc < results["val"][-1]:  # run_validation_revert
                 system_prompt.set_value(results["prompt"][-1])
