@@ -20,7 +20,7 @@ import dspy
 from dspy_for.datasets import data_hash, dataset_info, load_dataset
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.runner import MethodResult, evaluate_method
-from dspy_for.experiments.spec import ExperimentSpec, MethodConfig, load_spec
+from dspy_for.experiments.spec import ExperimentSpec, MethodConfig, load_spec, prompts_fingerprint
 from dspy_for.lm import describe_lm, make_lm
 from dspy_for.metrics import metric_for
 
@@ -150,7 +150,8 @@ def _run_one(
         default, role_lms = _lms_for(spec, m)
         program = build_method(m.name, sig, lm=default, role_lms=role_lms, **options)
         roles = get_method(m.name).roles
-        stem = items_dir / d.name / d.split / f"{m.label}.{spec.item_key(d, m, options, list(roles))}"
+        key = spec.item_key(d, m, options, list(roles), prompts_fingerprint(program))
+        stem = items_dir / d.name / d.split / f"{m.label}.{key}"
         stem.parent.mkdir(parents=True, exist_ok=True)
         compile_usage = None
         if m.compile:

@@ -9,7 +9,9 @@ from dspy_for.stats import mean_with_ci, paired_comparison
 if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
 
-__all__ = ["debate_diagnostics", "figures", "rich_tables", "round_accuracy", "round_scores", "summary_rows", "table_text"]
+__all__ = [
+    "debate_diagnostics", "figures", "rich_tables", "round_accuracy", "round_scores", "summary_rows", "table_text",
+]
 
 
 def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:

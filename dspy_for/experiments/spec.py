@@ -37,7 +37,10 @@ from typing import Any
 
 from dspy_for.errors import ConfigError
 
-__all__ = ["DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "load_spec", "parse_role_lms", "read_toml"]
+__all__ = [
+    "DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "load_spec", "parse_role_lms",
+    "prompts_fingerprint", "read_toml",
+]
 
 
 def _check_keys(section: str, data: dict[str, Any], allowed: set[str]) -> None:
@@ -134,17 +137,19 @@ class ExperimentSpec:
             d.pop(k, None)
         return _hash(d)
 
-    def item_key(self, dataset: DatasetConfig, method: MethodConfig, options: dict[str, Any], roles: list[str]) -> str:
+    def item_key(self, dataset: DatasetConfig, method: MethodConfig, options: dict[str, Any], roles: list[str],
+                 prompts: str = "") -> str:
         """Hash of what decides one item's result for ``method`` on ``dataset``: its LMs, options and compile
-        settings, the split and the data, but not how many items run (``limit``/``first``) nor the other
-        methods. Per-item results are stored under it, so a run grown from 10 to 50 items, or given one
-        more method, only runs what is new."""
+        settings, its prompts (``prompts``: :func:`prompts_fingerprint` of the built program), the split and
+        the data, but not how many items run (``limit``/``first``) nor the other methods. Per-item results are
+        stored under it, so a run grown from 10 to 50 items, or given one more method, only runs what is new,
+        and a role prompt edited in the library starts a fresh set of results instead of reusing stale ones."""
         lms = {r: s for r, s in {**self.role_lms, **method.role_lms}.items() if r in roles}
         return _hash({
             "lm": self.lm, "role_lms": lms, "max_tokens": self.max_tokens, "seed": self.seed, "cache": self.cache,
             "dataset": {"name": dataset.name, "split": dataset.split, "data_dir": dataset.data_dir,
                         "seed": dataset.seed},
-            "method": {"name": method.name, "options": options, "compile": method.compile},
+            "method": {"name": method.name, "options": options, "compile": method.compile, "prompts": prompts},
         })
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +157,19 @@ class ExperimentSpec:
 
 
 _TOP = {f.name for f in fields(ExperimentSpec)}
+
+
+def prompts_fingerprint(program: Any) -> str:
+    """Hash of what a program's predictors tell the LM: per named predictor its instruction, its fields
+    (name, type, description) and its demos. Two programs with the same fingerprint send the same prompts."""
+    parts = []
+    for name, predictor in program.named_predictors():
+        sig = predictor.signature
+        fields_ = [(k, str(f.annotation), str((f.json_schema_extra or {}).get("desc", "")))
+                   for k, f in sig.fields.items()]
+        parts.append({"name": name, "instructions": sig.instructions, "fields": fields_,
+                      "demos": [dict(d) for d in getattr(predictor, "demos", [])]})
+    return _hash({"predictors": parts})
 
 
 def _hash(data: dict[str, Any]) -> str:

@@ -152,6 +152,30 @@ def test_growing_the_subset_or_adding_a_method_runs_only_what_is_new(scripted, t
     assert len(scripted.calls) - before == 3 * 3  # defender, debater, revise per item; no Host
 
 
+def test_an_edited_role_prompt_does_not_reuse_stored_results(scripted, tmp_path, monkeypatch):
+    """Stored per-item results belong to the prompts that produced them: after a role prompt changes in the
+    library, the same config runs its items again instead of reporting the old prompt's results."""
+    from dspy.clients.cache import Cache
+
+    from dspy_for.modules import for_signatures
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    results = tmp_path / "results"
+    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1",
+            results_dir=str(results))
+    dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10)
+    before = len(scripted.calls)
+    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1",
+            results_dir=str(results))
+    assert len(scripted.calls) == before  # same prompts: every item comes from results_dir
+
+    monkeypatch.setattr(for_signatures.Debater, "__doc__", for_signatures.Debater.__doc__ + " Be brief.")
+    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1",
+            results_dir=str(results))
+    assert len(scripted.calls) > before
+    assert len(list((results / "gsm8k" / "sample").glob("for_n1.*.jsonl"))) == 2
+
+
 def test_one_failing_method_leaves_the_others_logged(scripted, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -358,7 +358,7 @@ def test_unreadable_revision_keeps_the_previous_answer_and_the_debate_goes_on():
     pred = FORPrompting("question -> answer: float", rounds=2, host=False)(question=Q)
     assert pred.answers_by_round == [{"answer": 36.0}, {"answer": 36.0}, {"answer": 40.0}]
     assert pred.rounds_used == 2 and pred.unreadable_turns == 1 and pred.answer == 40.0
-    first = [t for t in pred.trajectory if t["type"] == "revision"][0]
+    first = next(t for t in pred.trajectory if t["type"] == "revision")
     assert "parse_error" in first["fields"] and first["fields"]["kept_previous"] is False
     assert log.count("debater") == 2  # the round-1 questions count as asked; round 2 asks anew
 
