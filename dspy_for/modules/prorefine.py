@@ -19,6 +19,7 @@ marked ``label_using``).
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, Literal
 
 import dspy
@@ -28,15 +29,36 @@ from dspy_for.errors import ConfigError
 from dspy_for.lm.usage import role, track_usage
 from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
 
-__all__ = ["ProRefine", "export_program"]
+__all__ = ["ProRefine", "export_program", "rejection_reason"]
 
 
-def _leaks_problem(proposed: str, prompt: str, task: str) -> bool:
-    """A task prompt must stay general: reject a rewrite that copies numbers of this problem into it
-    (small optimizer LMs tend to paste the problem or its answer into the prompt)."""
+_COPY_WORDS = 8  # a rewrite sharing this many consecutive words with the feedback copies it
+
+
+def _word_runs(text: str, size: int) -> set[tuple[str, ...]]:
+    words = re.findall(r"[a-z0-9']+", (text or "").lower())
+    return {tuple(words[i:i + size]) for i in range(len(words) - size + 1)}
+
+
+def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, output: str = "") -> str | None:
+    """Why an optimizer rewrite cannot become the task prompt, or None if it can.
+
+    A task prompt must stay general. Small optimizer LMs tend to paste the problem, its numbers or the
+    feedback itself into the prompt, so a rewrite is rejected when it is empty (``"empty"``), when it brings
+    in a number of this problem, its feedback or its partial output that the current prompt does not have
+    (``"problem_numbers"``), or when it copies a run of eight or more words of the feedback
+    (``"copies_feedback"``).
+    """
     from dspy_for.modules.guard import numbers_in
 
-    return bool((numbers_in(proposed) & numbers_in(task)) - numbers_in(prompt))
+    if not proposed.strip():
+        return "empty"
+    specific = numbers_in(task) | numbers_in(feedback) | numbers_in(output)
+    if (numbers_in(proposed) & specific) - numbers_in(prompt):
+        return "problem_numbers"
+    if (_word_runs(proposed, _COPY_WORDS) & _word_runs(feedback, _COPY_WORDS)) - _word_runs(prompt, _COPY_WORDS):
+        return "copies_feedback"
+    return None
 
 
 def export_program(signature: str | type[dspy.Signature], prompt: str, kind: Literal["cot", "predict"] = "cot"
@@ -194,14 +216,15 @@ class ProRefine(dspy.Module):
                     with role("optimizer"):
                         proposed = str(self.optimizer(prompt=prompt, feedback=str(fb.feedback),
                                                       history=history).improved_prompt).strip()
-                    leaked = _leaks_problem(proposed, prompt, self._task_text(inputs))
-                    new_prompt = prompt if (leaked or not proposed) else proposed
+                    rejected = rejection_reason(proposed, prompt, task=self._task_text(inputs),
+                                                feedback=str(fb.feedback), output=last["text"])
+                    new_prompt = prompt if rejected else proposed
                     steps.append({"step": i, "prompt": prompt, "max_tokens": i * self.k, "output": last["text"],
                                   "finish_reason": last["finish_reason"],
                                   "completion_tokens": last["completion_tokens"],
                                   "eos": last["eos"], "feedback": str(fb.feedback),
                                   "is_correct": bool(fb.is_correct), "new_prompt": new_prompt,
-                                  "rejected_prompt": proposed if new_prompt != proposed else None})
+                                  "rejected_prompt": proposed if rejected else None, "rejected_reason": rejected})
                     prompt = new_prompt
                     if last["eos"]:
                         break
@@ -216,6 +239,8 @@ class ProRefine(dspy.Module):
             trajectory=steps,
             usage=usage.to_dict(),
             stats={"steps_used": float(len(steps)), "refined": float(refine),
+                   "prompt_changes": float(sum(s["new_prompt"] != s["prompt"] for s in steps)),
+                   "rejected_rewrites": float(sum(s["rejected_reason"] is not None for s in steps)),
                    "label_using": float(self.verifier_mode == "oracle")},
         )
 

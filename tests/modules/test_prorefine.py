@@ -8,6 +8,7 @@ import pytest
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import build_method
 from dspy_for.modules import ProRefine
+from dspy_for.modules.prorefine import rejection_reason
 from dspy_for.testing import ScriptedLM, system_text, user_text
 
 Q = "Tom has 3 boxes of 12 apples. How many apples?"
@@ -40,7 +41,7 @@ def responder(task_words=200, verifier_ok=False, log=None):
             return {"is_correct": "False", "feedback": "Check each multiplication."}
         if r == "optimizer":
             counter["opt"] += 1
-            return {"improved_prompt": f"Solve the problem step by step. Rule {counter['opt']}: double-check."}
+            return {"improved_prompt": f"Solve the problem step by step. Rule {chr(64 + counter['opt'])}: double-check."}
         return {"correct": str(verifier_ok)}
 
     return respond
@@ -53,9 +54,10 @@ def test_step_i_requests_i_times_k_tokens_and_stops_at_n():
     task_caps = [mt for r, mt in log if r == "task"]
     assert task_caps[:4] == [10, 20, 30, 40]
     assert task_caps[4:] == [1000]  # the final answer at full length (the LM's own max_tokens) with p*
-    assert pred.stats == {"steps_used": 4.0, "refined": 1.0, "label_using": 0.0}
+    assert pred.stats == {"steps_used": 4.0, "refined": 1.0, "prompt_changes": 4.0, "rejected_rewrites": 0.0,
+                          "label_using": 0.0}
     assert [s["finish_reason"] for s in pred.trajectory] == ["length"] * 4
-    assert pred.refined_prompt == "Solve the problem step by step. Rule 4: double-check."
+    assert pred.refined_prompt == "Solve the problem step by step. Rule D: double-check."
     assert pred.answer == 36.0
 
 
@@ -75,7 +77,7 @@ def test_the_prompt_changes_each_step_and_steps_use_the_final_message_format():
     dspy.configure(lm=lm)
     pred = ProRefine("question -> answer: float", k=10, n=2)(question=Q)
     task_calls = [c for c in lm.calls if role_of(c["messages"]) == "task"]
-    assert "Rule 1" in system_text(task_calls[1]["messages"]) and "Rule 2" in system_text(task_calls[2]["messages"])
+    assert "Rule A" in system_text(task_calls[1]["messages"]) and "Rule B" in system_text(task_calls[2]["messages"])
     # same adapter formatting for partial steps and the final answer: same message structure
     assert [m["role"] for m in task_calls[0]["messages"]] == [m["role"] for m in task_calls[-1]["messages"]]
     assert pred.trajectory[1]["prompt"] == pred.trajectory[0]["new_prompt"]
@@ -92,6 +94,25 @@ def test_optimizer_rewrites_that_paste_the_problem_are_rejected():
     pred = ProRefine("question -> answer: float", k=10, n=2)(question=Q)
     assert pred.refined_prompt == pred.trajectory[0]["prompt"]
     assert pred.trajectory[0]["rejected_prompt"].startswith("Tom has")
+    assert pred.trajectory[0]["rejected_reason"] == "problem_numbers"
+    assert pred.stats["prompt_changes"] == 0.0 and pred.stats["rejected_rewrites"] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("proposed", "reason"),
+    [
+        ("", "empty"),
+        ("Solve it. There are 14 objects in total.", "problem_numbers"),  # a number from the feedback
+        ("Solve it. Count the 3 boxes.", "problem_numbers"),  # a number from the task
+        ("Solve it. The model did not count the carrots correctly and it should have counted them.",
+         "copies_feedback"),
+        ("Solve it. List every item with its quantity, then add the quantities.", None),
+        ("Solve it. Rule 1: check each step.", None),  # a number of its own is fine
+    ],
+)
+def test_rejection_reason(proposed, reason):
+    feedback = "The model did not count the carrots correctly and it should have counted them. 14 objects."
+    assert rejection_reason(proposed, "Solve it.", task=Q, feedback=feedback) == reason
 
 
 @pytest.mark.parametrize(("verifier_ok", "refined"), [(True, 0.0), (False, 1.0)])
@@ -113,7 +134,8 @@ def test_oracle_needs_labels_and_is_marked_label_using():
         m(question=Q)
     right = m(question=Q, gold=dspy.Example(question=Q, answer=36.0))
     wrong = m(question=Q, gold=dspy.Example(question=Q, answer=35.0))
-    assert right.stats == {"steps_used": 0.0, "refined": 0.0, "label_using": 1.0}
+    assert right.stats == {"steps_used": 0.0, "refined": 0.0, "prompt_changes": 0.0, "rejected_rewrites": 0.0,
+                           "label_using": 1.0}
     assert wrong.stats["refined"] == 1.0 and wrong.stats["steps_used"] == 2.0
 
 
