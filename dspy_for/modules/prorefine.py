@@ -47,7 +47,8 @@ def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, ou
     feedback itself into the prompt, so a rewrite is rejected when it is empty (``"empty"``), when it brings
     in a number of this problem, its feedback or its partial output that the current prompt does not have
     (``"problem_numbers"``), or when it copies a run of eight or more words of the feedback
-    (``"copies_feedback"``).
+    (``"copies_feedback"``) or of the optimizer's own instructions outside its quoted examples of good
+    guidance (``"copies_instructions"``).
     """
     from dspy_for.modules.guard import numbers_in
 
@@ -56,8 +57,11 @@ def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, ou
     specific = numbers_in(task) | numbers_in(feedback) | numbers_in(output)
     if (numbers_in(proposed) & specific) - numbers_in(prompt):
         return "problem_numbers"
-    if (_word_runs(proposed, _COPY_WORDS) & _word_runs(feedback, _COPY_WORDS)) - _word_runs(prompt, _COPY_WORDS):
+    runs = _word_runs(proposed, _COPY_WORDS) - _word_runs(prompt, _COPY_WORDS)
+    if runs & _word_runs(feedback, _COPY_WORDS):
         return "copies_feedback"
+    if runs & _word_runs(re.sub(r'"[^"]*"', " ", Optimizer.__doc__ or ""), _COPY_WORDS):  # quoted examples may be used
+        return "copies_instructions"
     return None
 
 

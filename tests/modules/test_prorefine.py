@@ -106,6 +106,8 @@ def test_optimizer_rewrites_that_paste_the_problem_are_rejected():
         ("Solve it. Count the 3 boxes.", "problem_numbers"),  # a number from the task
         ("Solve it. The model did not count the carrots correctly and it should have counted them.",
          "copies_feedback"),
+        ("Solve it. Do not copy the feedback, and never include numbers, names, objects or the answer.",
+         "copies_instructions"),
         ("Solve it. List every item with its quantity, then add the quantities.", None),
         ("Solve it. Rule 1: check each step.", None),  # a number of its own is fine
     ],
