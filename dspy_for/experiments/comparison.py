@@ -226,6 +226,7 @@ def _log_result(res: MethodResult, compile_usage: dict[str, Any] | None) -> None
                "tokens_per_item": res.tokens_per_item, "calls_per_item": res.calls_per_item}
     usage = res.usage
     for role_name, r in usage.roles.items():
+        metrics[f"tokens_per_item.{role_name}"] = r.served_tokens / max(1, res.n)  # what a cold run costs
         metrics[f"tokens_per_item.{role_name}.spent"] = r.tokens / max(1, res.n)
         metrics[f"tokens_per_item.{role_name}.cached"] = r.cached_tokens / max(1, res.n)
         metrics[f"calls_per_item.{role_name}"] = r.calls / max(1, res.n)

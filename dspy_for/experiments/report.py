@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
 
 __all__ = [
-    "debate_diagnostics", "figures", "rich_tables", "round_accuracy", "round_scores", "summary_rows", "table_text",
+    "debate_diagnostics", "detail_lines", "figures", "rich_tables", "round_accuracy", "round_scores", "summary_rows",
+    "table_text",
 ]
 
 
@@ -25,6 +26,8 @@ def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
                 "dataset": dataset, "method": label, "n": r.n, "accuracy": acc, "ci_low": lo, "ci_high": hi,
                 "tokens_per_item": r.tokens_per_item, "calls_per_item": r.calls_per_item,
                 "wall_time": r.wall_time, "failed": r.n_failed, "delta": None, "p_value": None,
+                "tokens_per_item_by_role": {name: r.per_item("served_tokens", name) for name in r.usage.roles},
+                "stats": r.stats_mean,
             }
             if base is not None and label != baseline and base.n == r.n:
                 paired = paired_comparison(r.scores, base.scores)
@@ -53,6 +56,23 @@ def _fmt_row(row: dict[str, Any], baseline: str | None) -> list[str]:
 _HEADER = ["method", "n", "accuracy ± 95% CI", "Δ vs baseline (paired p)", "tokens/item", "calls/item", "time"]
 
 
+def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
+    """One line per method with its tokens per item by role and the mean of its per-item stats
+    (e.g. FOR's rounds used, ProRefine's steps used and refined share)."""
+    lines = []
+    for row in result.rows:
+        if row["dataset"] != dataset or "error" in row:
+            continue
+        roles = row.get("tokens_per_item_by_role") or {}
+        line = f"{row['method']}: tokens/item by role: " + " · ".join(
+            f"{name} {value:,.0f}" for name, value in sorted(roles.items()))
+        stats = row.get("stats") or {}
+        if stats:
+            line += "; mean " + ", ".join(f"{key} {value:.2f}" for key, value in sorted(stats.items()))
+        lines.append(line)
+    return lines
+
+
 def table_text(result: ComparisonResult) -> str:
     out = []
     for dataset in result.results:
@@ -61,6 +81,7 @@ def table_text(result: ComparisonResult) -> str:
         out.append(f"== {dataset} ==")
         out.append("  ".join(h.ljust(w) for h, w in zip(_HEADER, widths, strict=True)))
         out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+        out.extend(detail_lines(result, dataset))
     return "\n".join(out)
 
 
@@ -75,6 +96,10 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
         for r in result.rows:
             if r["dataset"] == dataset:
                 t.add_row(*_fmt_row(r, result.spec.baseline))
+        details = detail_lines(result, dataset)
+        if details:
+            t.caption = "\n".join(details)
+            t.caption_justify = "left"
         tables.append(t)
     return tables
 

@@ -97,6 +97,13 @@ def test_end_to_end_into_a_temporary_tracking_store(scripted, tmp_path):
     assert "version.dspy" in parent[0].data.params and "git_commit" in parent[0].data.params
     text = table_text(result)
     assert "for_n1" in text and "(baseline)" in text and "p=" in text
+    # per-role tokens and the method's own stats, as the MLflow metrics have them
+    row = next(r for r in result.rows if r["method"] == "for_n1")
+    assert set(row["tokens_per_item_by_role"]) >= {"defender", "debater"}
+    assert row["tokens_per_item_by_role"]["defender"] == for_run.data.metrics["tokens_per_item.defender"]
+    assert row["stats"]["rounds_used"] == for_run.data.metrics["mean.rounds_used"]
+    detail = next(line for line in text.splitlines() if line.startswith("for_n1: tokens/item by role:"))
+    assert "debater" in detail and "defender" in detail and "rounds_used" in detail
 
 
 def test_rerun_makes_no_new_lm_calls_and_gives_the_same_table(scripted, tmp_path):
