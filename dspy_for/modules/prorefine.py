@@ -19,6 +19,8 @@ marked ``label_using``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import re
 from typing import Any, Literal
 
@@ -30,6 +32,23 @@ from dspy_for.lm.usage import role, track_usage
 from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
 
 __all__ = ["ProRefine", "export_program", "rejection_reason"]
+
+
+_CAPPED_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("dspy_for_prorefine_capped_step", default=False)
+
+
+class _CappedStepFilter(logging.Filter):
+    """Drops DSPy's "LM response was truncated" warning for ProRefine's own capped step calls: being cut at
+    i·k tokens is what a step asks for. Other calls (and other threads) keep the warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_CAPPED_STEP.get() and "truncated" in record.getMessage())
+
+
+def _install_step_filter() -> None:
+    logger = logging.getLogger("dspy.clients.lm")
+    if not any(isinstance(f, _CappedStepFilter) for f in logger.filters):
+        logger.addFilter(_CappedStepFilter())
 
 
 _COPY_WORDS = 8  # a rewrite sharing this many consecutive words with the feedback copies it
@@ -151,14 +170,12 @@ class ProRefine(dspy.Module):
         messages = adapter.format(sig, self.task.demos, inputs)
         lm = self._task_lm()
         kwargs = {"max_tokens": max_tokens} if max_tokens else {}
-        with track_usage() as usage, role("task"):
-            try:  # the adapter's own door for formatted messages (no deprecation warning)
-                from dspy.clients._deprecation import adapter_message_call
-            except ImportError:  # pragma: no cover - older DSPy
-                outputs = lm(messages=messages, **kwargs)
-            else:
-                with adapter_message_call(lm, messages):
-                    outputs = lm(messages=messages, **kwargs)
+        _install_step_filter()
+        token = _CAPPED_STEP.set(True)
+        try:
+            outputs, usage = self._call_task_lm(lm, messages, kwargs)
+        finally:
+            _CAPPED_STEP.reset(token)
         first = outputs[0] if outputs else ""
         text = first.get("text", "") if isinstance(first, dict) else str(first)
         call = usage.calls[-1] if usage.calls else None
@@ -168,6 +185,18 @@ class ProRefine(dspy.Module):
         eos = reason == "stop" and (max_tokens is None or tokens < max_tokens)
         return {"text": text, "finish_reason": reason, "completion_tokens": tokens, "eos": eos,
                 "messages_signature": sig}
+
+    @staticmethod
+    def _call_task_lm(lm: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        with track_usage() as usage, role("task"):
+            try:  # the adapter's own door for formatted messages (no deprecation warning)
+                from dspy.clients._deprecation import adapter_message_call
+            except ImportError:  # pragma: no cover - older DSPy
+                outputs = lm(messages=messages, **kwargs)
+            else:
+                with adapter_message_call(lm, messages):
+                    outputs = lm(messages=messages, **kwargs)
+        return outputs, usage
 
     def _parse(self, sig: type[dspy.Signature], text: str, prompt: str, inputs: dict[str, Any]) -> dspy.Prediction:
         adapter = dspy.settings.adapter or dspy.ChatAdapter()

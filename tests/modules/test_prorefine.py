@@ -189,3 +189,16 @@ def test_registered_method():
     m = build_method("prorefine", "question -> answer: float", lm=ScriptedLM(responder()), k=5, n=2,
                      verifier="oracle")
     assert isinstance(m, ProRefine) and m.k == 5 and m.uses_labels
+
+
+def test_capped_steps_do_not_warn_about_truncation_but_other_calls_still_do(caplog):
+    lm = ScriptedLM(responder(task_words=500))
+    dspy.configure(lm=lm)
+    with caplog.at_level("WARNING", logger="dspy.clients.lm"):
+        pred = ProRefine("question -> answer: float", k=10, n=3)(question=Q)
+    assert [s["finish_reason"] for s in pred.trajectory] == ["length"] * 3
+    assert not [r for r in caplog.records if "truncated" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dspy.clients.lm"):
+        lm(messages=[{"role": "user", "content": "hi"}], max_tokens=5)  # an ordinary capped call
+    assert [r for r in caplog.records if "truncated" in r.getMessage()]
