@@ -51,6 +51,15 @@ def _install_step_filter() -> None:
         logger.addFilter(_CappedStepFilter())
 
 
+_ADAPTER_MARKER = re.compile(r"\[\[ ## \w+ ## \]\]")
+
+
+def clean_prompt(text: str) -> str:
+    """An optimizer's rewrite without DSPy adapter field markers (``[[ ## completed ## ]]``), which small
+    LMs sometimes copy into the value, and without surrounding whitespace."""
+    return _ADAPTER_MARKER.sub(" ", str(text or "")).strip()
+
+
 _COPY_WORDS = 8  # a rewrite sharing this many consecutive words with the feedback copies it
 
 
@@ -143,11 +152,9 @@ class ProRefine(dspy.Module):
 
             metric = numeric_match
         self.metric = metric
-        task_sig = self.signature
-        if task_module == "cot":
-            task_sig = task_sig.prepend(
-                "reasoning", dspy.OutputField(desc="Step-by-step work: every step and calculation."), str
-            )
+        # with "cot" the task predictor is exactly dspy.ChainOfThought's, so the unrefined answer is the CoT
+        # baseline's answer (same messages, same cache entry) and any difference is refinement's doing
+        task_sig = dspy.ChainOfThought(self.signature).predict.signature if task_module == "cot" else self.signature
         self.task = dspy.Predict(task_sig)
         self.feedback = dspy.Predict(Feedback)
         self.optimizer = dspy.Predict(Optimizer)
@@ -247,8 +254,8 @@ class ProRefine(dspy.Module):
                         history = "\n\n".join(f"prompt {s['step']}: {s['prompt']}\nfeedback: {s['feedback']}"
                                               for s in steps)
                     with role("optimizer"):
-                        proposed = str(self.optimizer(prompt=prompt, feedback=str(fb.feedback),
-                                                      history=history).improved_prompt).strip()
+                        proposed = clean_prompt(self.optimizer(prompt=prompt, feedback=str(fb.feedback),
+                                                               history=history).improved_prompt)
                     rejected = rejection_reason(proposed, prompt, task=self._task_text(inputs),
                                                 feedback=str(fb.feedback), output=last["text"])
                     new_prompt = prompt if rejected else proposed

@@ -8,7 +8,7 @@ import pytest
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import build_method
 from dspy_for.modules import ProRefine
-from dspy_for.modules.prorefine import rejection_reason
+from dspy_for.modules.prorefine import clean_prompt, rejection_reason
 from dspy_for.testing import ScriptedLM, system_text, user_text
 
 Q = "Tom has 3 boxes of 12 apples. How many apples?"
@@ -202,3 +202,19 @@ def test_capped_steps_do_not_warn_about_truncation_but_other_calls_still_do(capl
     with caplog.at_level("WARNING", logger="dspy.clients.lm"):
         lm(messages=[{"role": "user", "content": "hi"}], max_tokens=5)  # an ordinary capped call
     assert [r for r in caplog.records if "truncated" in r.getMessage()]
+
+
+def test_the_unrefined_answer_is_the_chain_of_thought_baselines_answer():
+    """With task_module="cot" and a verifier, the first full answer is the very call dspy.ChainOfThought makes."""
+    lm = ScriptedLM(responder(task_words=50, verifier_ok=True))
+    dspy.configure(lm=lm)
+    dspy.ChainOfThought("question -> answer: float")(question=Q)
+    cot_messages = lm.calls[-1]["messages"]
+    ProRefine("question -> answer: float", k=10, n=2, verifier="llm")(question=Q)
+    first_task = next(c for c in lm.calls[1:] if role_of(c["messages"]) == "task")
+    assert first_task["messages"] == cot_messages
+
+
+def test_clean_prompt_drops_adapter_markers():
+    assert clean_prompt("Count every item. [[ ## completed ## ]]") == "Count every item."
+    assert clean_prompt("  Solve it.\n") == "Solve it."
