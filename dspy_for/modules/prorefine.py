@@ -111,7 +111,7 @@ class ProRefine(dspy.Module):
             answer wrong) or ``"oracle"`` (refine only if the metric says it is wrong; needs ``gold=``).
         history: ``"stateless"`` (paper default) or ``"chat"`` (the optimizer sees all earlier prompts and
             feedback).
-        task_module: ``"cot"`` (reasoning then outputs) or ``"predict"``.
+        task_module: ``"cot"`` (``dspy.ChainOfThought``'s signature: reasoning, then the outputs) or ``"predict"``.
         metric: the oracle's metric ``(example, prediction) -> bool`` (default: numeric answer match).
         task_lm, feedback_lm, optimizer_lm, verifier_lm: per-role LMs (default: the configured LM).
     """
