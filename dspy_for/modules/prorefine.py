@@ -31,7 +31,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.lm.usage import role, track_usage
 from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
 
-__all__ = ["ProRefine", "export_program", "rejection_reason"]
+__all__ = ["ProRefine", "clean_prompt", "export_program", "rejection_reason"]
 
 
 _CAPPED_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("dspy_for_prorefine_capped_step", default=False)
