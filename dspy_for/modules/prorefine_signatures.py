@@ -8,8 +8,9 @@ labels) decides whether the initial answer needs refinement at all.
 Wording measured on qwen2.5-coder-1.5b (BBH object counting, recorded feedback replayed): with "do not
 deviate substantially" alone the optimizer returned the prompt unchanged in 62 of 62 steps; asking it to
 keep the task sentence and *add* general guidance changed it in most replayed steps (in the full
-run, 12 of 75 BBH steps: most feedback called the output correct, and the guard rejected 13 rewrites). The feedback prompt says the
-output is cut off on purpose (otherwise a small judge mostly complains that the output is incomplete).
+run, 12 of 75 BBH steps: most feedback called the output correct, and the guard rejected 13 rewrites).
+The feedback prompt says the output is cut off on purpose (otherwise a small judge mostly complains that
+the output is incomplete).
 """
 
 from __future__ import annotations
