@@ -1,9 +1,34 @@
-"""The inference-time methods as DSPy modules."""
+"""The inference-time methods as DSPy modules, and the typed trajectories they record."""
 
 from __future__ import annotations
 
 from dspy_for.modules.for_prompting import FORPrompting
 from dspy_for.modules.prorefine import ProRefine, export_program
 from dspy_for.modules.self_consistency import SelfConsistency
+from dspy_for.modules.trajectory import (
+    AnswerFields,
+    ForRole,
+    ForTurn,
+    ForTurnType,
+    ProRefineStep,
+    QuestionsFields,
+    RevisionFields,
+    SynthesisFields,
+    TurnUsage,
+)
 
-__all__ = ["FORPrompting", "ProRefine", "SelfConsistency", "export_program"]
+__all__ = [
+    "AnswerFields",
+    "FORPrompting",
+    "ForRole",
+    "ForTurn",
+    "ForTurnType",
+    "ProRefine",
+    "ProRefineStep",
+    "QuestionsFields",
+    "RevisionFields",
+    "SelfConsistency",
+    "SynthesisFields",
+    "TurnUsage",
+    "export_program",
+]

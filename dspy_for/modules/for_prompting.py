@@ -14,9 +14,9 @@ costs only the Host call.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import dspy
@@ -24,14 +24,13 @@ from dspy.signatures.signature import ensure_signature
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.errors import ConfigError
-from dspy_for.lm.usage import role, track_usage
+from dspy_for.lm import resolve_lm
+from dspy_for.lm.usage import Usage, role, track_usage
 from dspy_for.modules import for_signatures as S
-from dspy_for.modules.guard import check_question, numbers_in
+from dspy_for.modules import trajectory as T
+from dspy_for.modules.guard import Violations, numbers_in, screen_questions, unused_numbers
 
 __all__ = ["FORPrompting"]
-
-Stop = Literal["fixed", "no_questions", "stable"]
-_ROLE_OF = {"defender": "defender", "revise": "defender", "debater": "debater", "host": "host"}
 
 
 class FORPrompting(dspy.Module):
@@ -69,7 +68,7 @@ class FORPrompting(dspy.Module):
         rounds: int = 3,
         host: bool = True,
         *,
-        stop: Stop = "fixed",
+        stop: Literal["fixed", "no_questions", "stable"] = "fixed",
         patience: int = 1,
         token_budget: int | None = None,
         debater_mode: Literal["questions", "free"] = "questions",
@@ -80,8 +79,6 @@ class FORPrompting(dspy.Module):
         host_lm: Any = None,
     ) -> None:
         super().__init__()
-        from dspy_for.lm import resolve_lm
-
         if not isinstance(rounds, int) or rounds < 0:
             raise ConfigError(f"`rounds` must be an integer >= 0, got {rounds!r}.")
         if stop not in ("fixed", "no_questions", "stable"):
@@ -100,200 +97,155 @@ class FORPrompting(dspy.Module):
 
         self.defender = dspy.Predict(S.defender_signature(self.signature))
         self.revise = dspy.Predict(S.revise_signature(self.signature))
-        debater_sig = S.Debater if debater_mode == "questions" else S.Debater.with_instructions(
-            S.DEBATER_FREE_INSTRUCTIONS
-        )
-        self.debater = dspy.Predict(debater_sig)
+        free = S.Debater.with_instructions(S.DEBATER_FREE_INSTRUCTIONS)
+        self.debater = dspy.Predict(S.Debater if debater_mode == "questions" else free)
         self.host = dspy.Predict(S.host_signature(self.signature))
-        defender_lm = resolve_lm(defender_lm)
-        self.defender.lm = defender_lm
-        self.revise.lm = defender_lm
+        self.defender.lm = self.revise.lm = resolve_lm(defender_lm)
         self.debater.lm = resolve_lm(debater_lm)
         self.host.lm = resolve_lm(host_lm)
 
-    # ------------------------------------------------------------------------------------ the protocol
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        return T.run_sync(self._debate(T.SYNC_CALLS, inputs))
 
-    def _protocol(self, inputs: dict[str, Any]) -> Generator[tuple[str, dict[str, Any]], Any, dspy.Prediction]:
-        """The algorithm, as a generator of (predictor name, kwargs) calls; forward/aforward run them."""
-        outputs = list(self.signature.output_fields)
-        task = _render_task(self.signature, inputs)
-        trajectory: list[dict[str, Any]] = []
-        answers: list[dict[str, Any]] = []
-        asked: list[str] = []
-        exchanges: list[tuple[int, list[str], list[str]]] = []
-        collapse = 0
-        unreadable = 0  # later-role outputs the adapter could not parse (the debate goes on without them)
-        stable_for = 0
+    async def aforward(self, **inputs: Any) -> dspy.Prediction:
+        return await self._debate(T.ASYNC_CALLS, inputs)
 
-        out = yield "defender", dict(inputs)
-        answer = _fields(out, ["reasoning", *outputs])
-        answers.append(_fields(out, outputs))
-        trajectory.append(_turn("defender", "answer", 0, answer))
+    # --------------------------------------------------------------------------------- Algorithm 1
 
-        rounds_used = 0
-        for r in range(1, self.rounds + 1):
-            if self.token_budget is not None and (yield "_tokens", {}) >= self.token_budget:
-                break
-            allowed = numbers_in(task) | numbers_in(_render_answer(answer))
-            unused = sorted(numbers_in(task) - numbers_in(_render_answer(answer)), key=_num_key)
-            rejected = "none"
-            questions: list[str] = []
-            for attempt in range(2 if self.guard else 1):
-                try:
-                    out = yield "debater", {"task": task, "current_answer": _render_answer(answer),
-                                            "unused_numbers": unused, "asked_questions": list(asked),
-                                            "rejected": rejected,
-                                            "_discard_trace": attempt == 0 and self.guard}
-                except AdapterParseError as exc:  # unreadable questions: nothing to ask this round
-                    unreadable += 1
-                    trajectory.append(_turn("debater", "questions", r, {"questions": [], "attempt": attempt,
-                                            "parse_error": _short(exc)}))
+    async def _debate(self, calls: T.Calls, inputs: dict[str, Any]) -> dspy.Prediction:
+        """Algorithm 1, written once: ``forward`` runs it with plain predictor calls, ``aforward`` with ``acall``."""
+        with track_usage() as usage:
+            d = _Debate(inputs, _render_task(self.signature, inputs), list(self.signature.output_fields))
+            d.answer = await self._answer(calls, d)  # A0 = Defender(Q)
+            for r in range(1, self.rounds + 1):
+                if self._should_stop(d, usage):  # token budget / no_questions / stable
                     break
-                items = [str(q).strip() for q in (out.questions or []) if str(q).strip()]
-                seen = {_norm(q) for q in asked}
-                repeats = [q for q in items if _norm(q) in seen]
-                items = [q for q in items if _norm(q) not in seen]  # a repeated question adds nothing
-                verdicts = [(q, check_question(q, allowed_numbers=allowed)) for q in items]
-                bad = [(q, why) for q, why in verdicts if why]
-                collapse += len(bad)
-                questions = [q for q, why in verdicts if not why] if self.guard else items
-                trajectory.append(_turn("debater", "questions", r, {"questions": items, "attempt": attempt,
-                                        "violations": {q: why for q, why in bad}, "repeats": repeats}))
-                if not (self.guard and bad):
-                    yield "_keep_trace", {}
-                    break
-                rejected = "; ".join(f"{q!r} broke the rules: {', '.join(why)}" for q, why in bad)
-            if not questions:
-                # nothing acceptable to ask: "no_questions" ends the debate; "fixed"/"stable" skip the
-                # Defender this round (the Debater's next call has the same context: a cache hit)
-                if self.stop == "no_questions":
-                    break
-                continue
-            rounds_used += 1
+                questions = await self._ask(calls, d, r)  # O_r = Debater(A_{r-1}): questions only, guarded
+                if questions:  # (nothing acceptable to ask: no Defender call this round)
+                    d.answer = await self._revise(calls, d, r, questions)  # A_r = Defender(Q, O_1..O_r)
+            pred = await self._synthesize(calls, d)  # A* = Host(Q, dialogue), or A_N
+        pred.usage = usage.to_dict()
+        T.attach_turn_usage(pred.trajectory, usage)
+        return pred
+
+    async def _answer(self, calls: T.Calls, d: _Debate) -> dict[str, Any]:
+        """A0: the Defender's first answer (unreadable, it fails the call, as in ``dspy.Predict``)."""
+        with role(T.DEFENDER):
+            out = await calls.predict(self.defender, dict(d.inputs))
+        answer = _fields(out, ["reasoning", *d.outputs])
+        d.answers.append(_fields(out, d.outputs))
+        d.record(T.DEFENDER, T.ANSWER, 0, answer)
+        return answer
+
+    async def _ask(self, calls: T.Calls, d: _Debate, r: int) -> list[str]:
+        """O_r: the Debater's new questions on A_{r-1}; with the guard, a violating first attempt is re-asked
+        once with the reasons, then offending items are dropped. An unreadable reply asks nothing more."""
+        current = _render_answer(d.answer)
+        allowed, unused = numbers_in(d.task) | numbers_in(current), unused_numbers(d.task, current)
+        rejected = "none"
+        questions: list[str] = []
+        for attempt in range(2 if self.guard else 1):
+            private: list[Any] | None = [] if attempt == 0 and self.guard else None  # its own trace: may be rejected
+            kwargs = {
+                "task": d.task,
+                "current_answer": current,
+                "unused_numbers": unused,
+                "asked_questions": list(d.asked),
+                "rejected": rejected,
+            }
             try:
-                out = yield "revise", {**inputs, "previous_answer": _render_answer(answer),
-                                       "earlier_dialogue": _render_exchanges(exchanges),
-                                       "questions": questions}
-            except AdapterParseError as exc:  # an unreadable revision changes nothing: A_r = A_{r-1}
-                unreadable += 1
-                trajectory.append(_turn("defender", "revision", r, {"responses": [], "error_found": False,
-                                        "parse_error": _short(exc), "kept_previous": False}))
-                exchanges.append((r, questions, []))
-                asked.extend(questions)
-                answers.append(_fields(answer, outputs))
-                stable_for += 1
-                if self.stop == "stable" and stable_for >= self.patience:
-                    break
-                continue
-            revised = _fields(out, ["reasoning", *outputs])
-            responses = [str(x) for x in (out.get("responses") or [])]
-            error_found = bool(out.get("error_found"))
-            keep = self.keep_unless_error and not error_found and _fields(out, outputs) != answers[-1]
-            trajectory.append(_turn("defender", "revision", r, {
-                "responses": responses, "error_found": error_found,
-                "error": str(out.get("error") or ""), **revised, "kept_previous": keep}))
-            exchanges.append((r, questions, responses))
-            asked.extend(questions)
-            if not keep:
-                answer = revised
-            unchanged = _fields(answer, outputs) == answers[-1]
-            answers.append(_fields(answer, outputs))
-            stable_for = stable_for + 1 if unchanged else 0
-            if self.stop == "stable" and stable_for >= self.patience:
+                with role(T.DEBATER), dspy.context(trace=private) if private is not None else nullcontext():
+                    out = await calls.predict(self.debater, kwargs)
+            except AdapterParseError as exc:  # unreadable questions: nothing (more) to ask this round
+                unread: T.QuestionsFields = {"questions": [], "attempt": attempt, "parse_error": _short(exc)}
+                d.record(T.DEBATER, T.QUESTIONS, r, unread, unreadable=True)
                 break
+            questions, violations = self._guard(out.questions, d, r, attempt, allowed)
+            if not violations:
+                if private and dspy.settings.trace is not None:  # an accepted first attempt joins DSPy's trace
+                    dspy.settings.trace.extend(private)
+                break
+            rejected = "; ".join(f"{q!r} broke the rules: {', '.join(why)}" for q, why in violations)
+        d.asked_nothing = not questions
+        return questions
 
-        final = answers[-1]
+    async def _revise(self, calls: T.Calls, d: _Debate, r: int, questions: list[str]) -> dict[str, Any]:
+        """A_r: the Defender re-answers the original task given O_1..O_r; keep-unless-error decides whether
+        its answer replaces A_{r-1}. An unreadable reply changes nothing: A_r = A_{r-1}."""
+        d.rounds_used += 1
+        kwargs = {
+            **d.inputs,
+            "previous_answer": _render_answer(d.answer),
+            "earlier_dialogue": _render_exchanges(d.exchanges),
+            "questions": questions,
+        }
+        try:
+            with role(T.DEFENDER):
+                out = await calls.predict(self.revise, kwargs)
+        except AdapterParseError as exc:  # an unreadable revision changes nothing: A_r = A_{r-1}
+            fields = {"responses": [], "error_found": False, "parse_error": _short(exc), "kept_previous": False}
+            d.record(T.DEFENDER, T.REVISION, r, fields, unreadable=True)
+            responses, answer = [], d.answer
+        else:
+            revised = _fields(out, ["reasoning", *d.outputs])
+            responses = [str(x) for x in (out.get("responses") or [])]
+            found = bool(out.get("error_found"))
+            keep = self._keeps_previous(_fields(out, d.outputs), found, d.answers[-1])
+            error = str(out.get("error") or "")
+            fields = {"responses": responses, "error_found": found, "error": error, **revised, "kept_previous": keep}
+            d.record(T.DEFENDER, T.REVISION, r, fields)
+            answer = d.answer if keep else revised
+        d.exchanges.append((r, questions, responses))
+        d.asked.extend(questions)
+        standing = _fields(answer, d.outputs)
+        d.stable_for = d.stable_for + 1 if standing == d.answers[-1] else 0
+        d.answers.append(standing)
+        return answer
+
+    async def _synthesize(self, calls: T.Calls, d: _Debate) -> dspy.Prediction:
+        """A*: the Host's synthesis of the whole dialogue; without a Host (or with an unreadable one), A_N."""
+        final = d.answers[-1]
         if self.use_host:
             try:
-                out = yield "host", {**inputs, "dialogue": _render_dialogue(trajectory)}
-                final = _fields(out, outputs)
-                trajectory.append(_turn("host", "synthesis", rounds_used, _fields(out, ["reasoning", *outputs])))
+                with role(T.HOST):
+                    out = await calls.predict(self.host, {**d.inputs, "dialogue": _render_dialogue(d.trajectory)})
+                final = _fields(out, d.outputs)
+                d.record(T.HOST, T.SYNTHESIS, d.rounds_used, _fields(out, ["reasoning", *d.outputs]))
             except AdapterParseError as exc:  # an unreadable synthesis: the final answer is A_N
-                unreadable += 1
-                trajectory.append(_turn("host", "synthesis", rounds_used, {**final, "parse_error": _short(exc)}))
-        return dspy.Prediction(
-            **final,
-            trajectory=trajectory,
-            answers_by_round=answers,
-            rounds_used=rounds_used,
-            role_collapse=collapse,
-            unreadable_turns=unreadable,
-            stats={"rounds_used": float(rounds_used), "role_collapse": float(collapse),
-                   "unreadable_turns": float(unreadable)},
+                d.record(T.HOST, T.SYNTHESIS, d.rounds_used, {**final, "parse_error": _short(exc)}, unreadable=True)
+        counts = {"rounds_used": d.rounds_used, "role_collapse": d.collapse, "unreadable_turns": d.unreadable}
+        stats = {k: float(v) for k, v in counts.items()}
+        return dspy.Prediction(**final, trajectory=d.trajectory, answers_by_round=d.answers, **counts, stats=stats)
+
+    # ------------------------------------------------------------ the guard, the stop policy, the keep rule
+
+    def _guard(self, reply: Any, d: _Debate, r: int, attempt: int, allowed: set[str]) -> tuple[list[str], Violations]:
+        """The questions-only guard on one Debater reply, recorded with its repeats and violations: the
+        questions the Defender gets, and the violations to re-ask about (without the guard: every new
+        item, and nothing to re-ask about)."""
+        s = screen_questions(reply, asked=d.asked, allowed_numbers=allowed)
+        d.collapse += len(s.violations)
+        fields: T.QuestionsFields = {
+            "questions": s.items,
+            "attempt": attempt,
+            "violations": dict(s.violations),
+            "repeats": s.repeats,
+        }
+        d.record(T.DEBATER, T.QUESTIONS, r, fields)
+        return (s.accepted, s.violations) if self.guard else (s.items, [])
+
+    def _should_stop(self, d: _Debate, usage: Usage) -> bool:
+        """Before round r: the token budget is spent, or the stop policy says the debate is over
+        (``"no_questions"``: round r-1 had nothing to ask; ``"stable"``: ``patience`` unchanged answers)."""
+        if self.token_budget is not None and usage.total.served_tokens >= self.token_budget:
+            return True
+        return (self.stop == "no_questions" and d.asked_nothing) or (
+            self.stop == "stable" and d.stable_for >= self.patience
         )
 
-    def forward(self, **kwargs: Any) -> dspy.Prediction:
-        with track_usage() as usage:
-            gen = self._protocol(kwargs)
-            reply: Any = None
-            error: AdapterParseError | None = None
-            local_trace: list[Any] | None = None
-            try:
-                while True:
-                    name, call = gen.send(reply) if error is None else gen.throw(error)
-                    error = None
-                    if name.startswith("_"):
-                        reply, local_trace = self._control(name, usage, local_trace)
-                        continue
-                    try:
-                        with self._role_call(name, call) as local_trace:
-                            reply = getattr(self, name)(**call)
-                    except AdapterParseError as exc:  # the protocol decides: carry on without it, or fail
-                        reply, error = None, exc
-            except StopIteration as stop:
-                pred: dspy.Prediction = stop.value
-        pred.usage = usage.to_dict()
-        _attach_turn_usage(pred, usage)
-        return pred
-
-    async def aforward(self, **kwargs: Any) -> dspy.Prediction:
-        with track_usage() as usage:
-            gen = self._protocol(kwargs)
-            reply: Any = None
-            error: AdapterParseError | None = None
-            local_trace: list[Any] | None = None
-            try:
-                while True:
-                    name, call = gen.send(reply) if error is None else gen.throw(error)
-                    error = None
-                    if name.startswith("_"):
-                        reply, local_trace = self._control(name, usage, local_trace)
-                        continue
-                    try:
-                        with self._role_call(name, call) as local_trace:
-                            reply = await getattr(self, name).acall(**call)
-                    except AdapterParseError as exc:  # the protocol decides: carry on without it, or fail
-                        reply, error = None, exc
-            except StopIteration as stop:
-                pred: dspy.Prediction = stop.value
-        pred.usage = usage.to_dict()
-        _attach_turn_usage(pred, usage)
-        return pred
-
-    @staticmethod
-    def _control(name: str, usage: Any, local_trace: list[Any] | None) -> tuple[Any, list[Any] | None]:
-        """The protocol's non-LM requests: the tokens spent so far, and keeping an accepted attempt."""
-        if name == "_tokens":
-            return usage.total.served_tokens, local_trace
-        if name == "_keep_trace":
-            # an accepted first attempt belongs in the trace; a rejected one never reaches it
-            if local_trace and dspy.settings.trace is not None:
-                dspy.settings.trace.extend(local_trace)
-            return None, None
-        raise ValueError(f"unknown protocol request {name!r}")
-
-    @staticmethod
-    @contextmanager
-    def _role_call(name: str, call: dict[str, Any]) -> Iterator[list[Any] | None]:
-        """Attribute the call to its role; a Debater attempt the guard may reject gets a private trace."""
-        discard = call.pop("_discard_trace", False)
-        with role(_ROLE_OF[name]):
-            if not discard:
-                yield None
-                return
-            local_trace: list[Any] = []
-            with dspy.context(trace=local_trace):
-                yield local_trace
+    def _keeps_previous(self, revised: dict[str, Any], error_found: bool, previous: dict[str, Any]) -> bool:
+        """Keep-unless-error: a changed answer without a named error does not replace A_{r-1}."""
+        return self.keep_unless_error and not error_found and revised != previous
 
     # ------------------------------------------------------------------- per-role LMs inside wrappers
 
@@ -320,44 +272,42 @@ class FORPrompting(dspy.Module):
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def _num_key(number: str) -> tuple[float, str]:
-    try:
-        return float(number), number
-    except ValueError:
-        return float("inf"), number
+@dataclass
+class _Debate:
+    """One call's debate so far; local to the call (the module keeps no per-call state)."""
+
+    inputs: dict[str, Any]
+    task: str  # the inputs, rendered for the Debater
+    outputs: list[str]  # the signature's output fields
+    answer: dict[str, Any] = field(default_factory=dict)  # the standing answer (reasoning and outputs)
+    answers: list[dict[str, Any]] = field(default_factory=list)  # answers_by_round: the outputs of A_0..A_r
+    trajectory: list[T.ForTurn] = field(default_factory=list)
+    asked: list[str] = field(default_factory=list)
+    exchanges: list[tuple[int, list[str], list[str]]] = field(default_factory=list)
+    rounds_used: int = 0
+    collapse: int = 0  # Debater items that broke the questions-only rules
+    unreadable: int = 0  # later turns the adapter could not parse (the debate goes on without them)
+    stable_for: int = 0  # rounds the answer has not changed
+    asked_nothing: bool = False  # the last round's Debater had nothing acceptable to ask
+
+    def record(
+        self, role: T.ForRole, kind: T.ForTurnType, rnd: int, fields: Mapping[str, Any], unreadable: bool = False
+    ) -> None:
+        """Append a turn; an ``unreadable`` one (a reply the adapter could not parse) is also counted."""
+        self.unreadable += unreadable
+        self.trajectory.append(T.for_turn(role, kind, rnd, fields))
 
 
 def _short(exc: Exception) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def _norm(question: str) -> str:
-    return " ".join("".join(c for c in question.lower() if c.isalnum() or c.isspace()).split())
-
-
 def _fields(pred: Any, names: list[str]) -> dict[str, Any]:
     return {n: pred.get(n) if hasattr(pred, "get") else getattr(pred, n, None) for n in names}
 
 
-def _turn(role_name: str, kind: str, rnd: int, fields: dict[str, Any]) -> dict[str, Any]:
-    return {"role": role_name, "type": kind, "round": rnd, "fields": _jsonable(fields)}
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        if isinstance(value, dict):
-            return {k: _jsonable(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [_jsonable(v) for v in value]
-        return str(value)
-
-
 def _render_task(signature: type[dspy.Signature], inputs: dict[str, Any]) -> str:
-    parts = [f"{name}: {inputs.get(name)}" for name in signature.input_fields]
-    return "\n".join(parts)
+    return "\n".join(f"{name}: {inputs.get(name)}" for name in signature.input_fields)
 
 
 def _render_answer(answer: dict[str, Any]) -> str:
@@ -375,36 +325,22 @@ def _render_exchanges(exchanges: list[tuple[int, list[str], list[str]]]) -> str:
     return "\n".join(lines)
 
 
-def _render_dialogue(trajectory: list[dict[str, Any]]) -> str:
+def _render_dialogue(trajectory: list[T.ForTurn]) -> str:
     lines = []
     for t in trajectory:
         f = t["fields"]
-        if t["type"] == "answer":
+        if t["type"] == T.ANSWER:
             lines.append(f"[Defender, A0]\n{_render_answer(f)}")
-        elif t["type"] == "questions":
+        elif t["type"] == T.QUESTIONS:
             accepted = [q for q in f["questions"] if q not in f.get("violations", {})]
             if accepted:
                 lines.append(f"[Debater, round {t['round']}]\n" + "\n".join(f"- {q}" for q in accepted))
-        elif t["type"] == "revision" and "parse_error" in f:
+        elif t["type"] == T.REVISION and "parse_error" in f:
             lines.append(f"[Defender, A{t['round']}]\n(no readable reply: the previous answer stands)")
-        elif t["type"] == "revision":
+        elif t["type"] == T.REVISION:
             body = {k: v for k, v in f.items() if k not in ("responses", "kept_previous")}
             replies = "\n".join(f"- {x}" for x in f.get("responses", []))
-            note = ("\n(this answer changed without a named error, so the previous answer stands)"
-                    if f.get("kept_previous") else "")
+            kept = "\n(this answer changed without a named error, so the previous answer stands)"
+            note = kept if f.get("kept_previous") else ""
             lines.append(f"[Defender, A{t['round']}]\nreplies:\n{replies}\n{_render_answer(body)}{note}")
     return "\n\n".join(lines)
-
-
-def _attach_turn_usage(pred: dspy.Prediction, usage: Any) -> None:
-    """Per-turn usage from the ordered call records (one LM call per turn unless an adapter retried)."""
-    calls = list(usage.calls)
-    by_role: dict[str, list[Any]] = {}
-    for c in calls:
-        by_role.setdefault(c.role, []).append(c)
-    for turn in pred.trajectory:
-        queue = by_role.get(turn["role"], [])
-        if queue:
-            c = queue.pop(0)
-            turn["usage"] = {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-                             "cache_hit": c.cache_hit}

@@ -89,9 +89,9 @@ def _reasoning_field() -> tuple[type, dspy.OutputField]:
 
 def defender_signature(signature: type[dspy.Signature]) -> type[dspy.Signature]:
     """Round 0 (A0 = Defender(Q)): the user's signature with step-by-step reasoning first."""
-    return signature.with_instructions(
-        f"{DEFENDER_INSTRUCTIONS}\n\nThe task: {signature.instructions}"
-    ).prepend("reasoning", dspy.OutputField(desc="Step-by-step work: every step and intermediate calculation."), str)
+    return signature.with_instructions(f"{DEFENDER_INSTRUCTIONS}\n\nThe task: {signature.instructions}").prepend(
+        "reasoning", dspy.OutputField(desc="Step-by-step work: every step and intermediate calculation."), str
+    )
 
 
 def revise_signature(signature: type[dspy.Signature]) -> type[dspy.Signature]:

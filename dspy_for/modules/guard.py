@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any, NamedTuple, TypeAlias
 
-__all__ = ["RULES", "check_question", "numbers_in"]
+__all__ = ["RULES", "Screened", "Violations", "check_question", "numbers_in", "screen_questions", "unused_numbers"]
 
 RULES = ("not_a_question", "imperative", "proposes_answer", "proposes_fix", "empty")
 
+# fmt: off
 _IMPERATIVE_OPENERS = (
     "fix", "use", "try", "change", "replace", "recompute", "recalculate", "redo", "correct", "add",
     "subtract", "multiply", "divide", "consider", "note", "make sure", "ensure", "remember", "please",
     "double-check", "double check", "check", "verify", "compute", "calculate", "apply", "set", "write",
     "rewrite", "start", "include", "remove", "don't", "do not", "avoid",
 )
+# fmt: on
 _ANSWER_PATTERNS = (
     r"\bthe (?:final |correct |right |real )?answer (?:is|should be|would be)\b",
     r"\bshould(?:n't| not)? (?:it |this |that |the \w+ )?(?:be|equal|have been)\b",
@@ -96,3 +99,43 @@ def check_question(item: str, *, allowed_numbers: Iterable[str] = ()) -> list[st
     if any(re.search(p, low) for p in _FIX_PATTERNS):
         reasons.append("proposes_fix")
     return reasons
+
+
+#: items that break the rules, each with its reasons
+Violations: TypeAlias = list[tuple[str, list[str]]]
+
+
+class Screened(NamedTuple):
+    """One Debater reply through the guard."""
+
+    items: list[str]  # the new items: non-empty, and not repeating an earlier question
+    repeats: list[str]  # items that repeat an earlier question (compared case- and punctuation-blind)
+    violations: Violations  # new items that break the rules, each with its reasons
+    accepted: list[str]  # new items that break no rule
+
+
+def screen_questions(reply: Iterable[Any] | None, *, asked: Iterable[str], allowed_numbers: Iterable[str]) -> Screened:
+    """Split a Debater reply into repeats, rule-breaking items (see :func:`check_question`) and questions."""
+    items = [str(q).strip() for q in (reply or []) if str(q).strip()]
+    seen = {_normalized(q) for q in asked}
+    repeats = [q for q in items if _normalized(q) in seen]
+    items = [q for q in items if _normalized(q) not in seen]  # a repeated question adds nothing
+    allowed = set(allowed_numbers)
+    verdicts = [(q, check_question(q, allowed_numbers=allowed)) for q in items]
+    return Screened(items, repeats, [(q, why) for q, why in verdicts if why], [q for q, why in verdicts if not why])
+
+
+def unused_numbers(task: str, work: str) -> list[str]:
+    """Numbers given in ``task`` that ``work`` never mentions, in numeric order (see :func:`numbers_in`)."""
+    return sorted(numbers_in(task) - numbers_in(work), key=_numeric_order)
+
+
+def _normalized(question: str) -> str:
+    return " ".join("".join(c for c in question.lower() if c.isalnum() or c.isspace()).split())
+
+
+def _numeric_order(number: str) -> tuple[float, str]:
+    try:
+        return float(number), number
+    except ValueError:
+        return float("inf"), number

@@ -18,17 +18,21 @@ marked ``label_using``).
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import re
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import dspy
 from dspy.signatures.signature import ensure_signature
 
+from dspy_for.compat.dspy import call_with_messages
 from dspy_for.errors import ConfigError
-from dspy_for.lm.usage import role, track_usage
+from dspy_for.lm import resolve_lm
+from dspy_for.lm.usage import Usage, role, track_usage
+from dspy_for.metrics import numeric_match
+from dspy_for.modules import trajectory as T
+from dspy_for.modules.guard import numbers_in
 from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
 
 __all__ = ["ProRefine", "clean_prompt", "export_program", "rejection_reason"]
@@ -65,7 +69,7 @@ _COPY_WORDS = 8  # a rewrite sharing this many consecutive words with the feedba
 
 def _word_runs(text: str, size: int) -> set[tuple[str, ...]]:
     words = re.findall(r"[a-z0-9']+", (text or "").lower())
-    return {tuple(words[i:i + size]) for i in range(len(words) - size + 1)}
+    return {tuple(words[i : i + size]) for i in range(len(words) - size + 1)}
 
 
 def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, output: str = "") -> str | None:
@@ -78,8 +82,6 @@ def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, ou
     (``"copies_feedback"``) or of the optimizer's own instructions outside its quoted examples of good
     guidance (``"copies_instructions"``).
     """
-    from dspy_for.modules.guard import numbers_in
-
     if not proposed.strip():
         return "empty"
     specific = numbers_in(task) | numbers_in(feedback) | numbers_in(output)
@@ -93,8 +95,9 @@ def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, ou
     return None
 
 
-def export_program(signature: str | type[dspy.Signature], prompt: str, kind: Literal["cot", "predict"] = "cot"
-                   ) -> dspy.Module:
+def export_program(
+    signature: str | type[dspy.Signature], prompt: str, kind: Literal["cot", "predict"] = "cot"
+) -> dspy.Module:
     """A reusable program whose instruction is a refined prompt."""
     sig = ensure_signature(signature).with_instructions(prompt)
     return dspy.ChainOfThought(sig) if kind == "cot" else dspy.Predict(sig)
@@ -132,8 +135,6 @@ class ProRefine(dspy.Module):
         verifier_lm: Any = None,
     ) -> None:
         super().__init__()
-        from dspy_for.lm import resolve_lm
-
         for name, value in (("k", k), ("n", n)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
@@ -147,11 +148,7 @@ class ProRefine(dspy.Module):
         self.k, self.n, self.verifier_mode, self.history_mode = k, n, verifier, history
         self.task_module = task_module
         self.uses_labels = verifier == "oracle"
-        if metric is None:
-            from dspy_for.metrics import numeric_match
-
-            metric = numeric_match
-        self.metric = metric
+        self.metric = numeric_match if metric is None else metric
         # with "cot" the task predictor is exactly dspy.ChainOfThought's, so the unrefined answer is the CoT
         # baseline's answer (same messages, same cache entry) and any difference is refinement's doing
         task_sig = dspy.ChainOfThought(self.signature).predict.signature if task_module == "cot" else self.signature
@@ -162,7 +159,124 @@ class ProRefine(dspy.Module):
         self.task.lm, self.feedback.lm = resolve_lm(task_lm), resolve_lm(feedback_lm)
         self.optimizer.lm, self.verifier.lm = resolve_lm(optimizer_lm), resolve_lm(verifier_lm)
 
-    # ---------------------------------------------------------------------------------------- steps
+    def forward(self, gold: dspy.Example | None = None, **inputs: Any) -> dspy.Prediction:
+        return T.run_sync(self._refine(T.SYNC_CALLS, inputs, gold))
+
+    async def aforward(self, gold: dspy.Example | None = None, **inputs: Any) -> dspy.Prediction:
+        return await self._refine(T.ASYNC_CALLS, inputs, gold)
+
+    # --------------------------------------------------------------------------------- Algorithm 1
+
+    async def _refine(self, calls: T.Calls, inputs: dict[str, Any], gold: dspy.Example | None) -> dspy.Prediction:
+        """Algorithm 1, written once: ``forward`` runs it with plain calls, ``aforward`` with ``acall`` (and the
+        capped task steps in a worker thread)."""
+        if self.verifier_mode == "oracle" and gold is None:
+            raise ConfigError(
+                "`verifier='oracle'` uses the gold label: pass `gold=<dspy.Example>` (comparisons do this for "
+                "label-using methods), or use `verifier='llm'` / `'none'`."
+            )
+        prompt = self.signature.instructions  # p* = p
+        steps: list[T.ProRefineStep] = []
+        with track_usage() as usage:
+            final = await self._verified_answer(calls, prompt, inputs, gold)  # optional: keep an answer judged right
+            refined = final is None
+            if final is None:
+                for i in range(1, self.n + 1):  # n >= 1: o_n exists after the loop
+                    output = await calls.blocking(self._generate, prompt, inputs, i * self.k)  # o_i: ≤ i·k tokens
+                    feedback = await self._feedback(calls, prompt, inputs, output)  # f_i = LLM_feedback(q, o_i)
+                    step = await self._optimize(calls, i, prompt, inputs, output, feedback, steps)
+                    steps.append(step)
+                    prompt = step["new_prompt"]  # p* = LLM_optimizer(p*, f_i), unless the guard rejects it
+                    if output["eos"]:  # o_i ended with end-of-sequence
+                        break
+                final = await self._final_answer(calls, prompt, inputs, output)
+        return self._prediction(final, prompt, steps, usage, refined)
+
+    async def _verified_answer(
+        self, calls: T.Calls, prompt: str, inputs: dict[str, Any], gold: dspy.Example | None
+    ) -> dspy.Prediction | None:
+        """The verifier's gate: the initial answer (p at full length) if the verifier judges it right, else None
+        (refine). ``"oracle"`` asks the metric with the gold label; ``"none"`` always refines."""
+        if self.verifier_mode == "none":
+            return None
+        initial = await self._full(calls, prompt, inputs)
+        if self.verifier_mode == "oracle":
+            right = bool(self.metric(gold, initial))
+        else:
+            fields = ("reasoning", *self.signature.output_fields)
+            answer = "\n".join(f"{f}: {initial.get(f)}" for f in fields if f in initial)
+            with role("verifier"):
+                verdict = await calls.predict(self.verifier, {"task": self._task_text(inputs), "answer": answer})
+            right = bool(verdict.correct)
+        return initial if right else None
+
+    async def _feedback(self, calls: T.Calls, prompt: str, inputs: dict[str, Any], output: _TaskOutput) -> Any:
+        """f_i: the feedback role's critique of the partial output o_i (``feedback`` and ``is_correct``)."""
+        with role("feedback"):
+            kwargs = {"task": self._task_text(inputs), "prompt": prompt, "partial_output": output["text"]}
+            return await calls.predict(self.feedback, kwargs)
+
+    async def _optimize(
+        self,
+        calls: T.Calls,
+        i: int,
+        prompt: str,
+        inputs: dict[str, Any],
+        output: _TaskOutput,
+        fb: Any,
+        steps: list[T.ProRefineStep],
+    ) -> T.ProRefineStep:
+        """The optimizer's rewrite of p* from f_i (``history="chat"``: with the earlier steps), kept only if
+        :func:`rejection_reason` finds nothing wrong with it; returns step i's record."""
+        history = "none"
+        if self.history_mode == "chat" and steps:
+            history = "\n\n".join(f"prompt {s['step']}: {s['prompt']}\nfeedback: {s['feedback']}" for s in steps)
+        with role("optimizer"):
+            kwargs = {"prompt": prompt, "feedback": str(fb.feedback), "history": history}
+            proposed = clean_prompt((await calls.predict(self.optimizer, kwargs)).improved_prompt)
+        rejected = rejection_reason(
+            proposed, prompt, task=self._task_text(inputs), feedback=str(fb.feedback), output=output["text"]
+        )
+        return {
+            "step": i,
+            "prompt": prompt,
+            "max_tokens": i * self.k,
+            "output": output["text"],
+            "finish_reason": output["finish_reason"],
+            "completion_tokens": output["completion_tokens"],
+            "eos": output["eos"],
+            "feedback": str(fb.feedback),
+            "is_correct": bool(fb.is_correct),
+            "new_prompt": prompt if rejected else proposed,
+            "rejected_prompt": proposed if rejected else None,
+            "rejected_reason": rejected,
+        }
+
+    async def _final_answer(
+        self, calls: T.Calls, prompt: str, inputs: dict[str, Any], last: _TaskOutput
+    ) -> dspy.Prediction:
+        """The outputs with p*: the last step's own when it ended with end-of-sequence (and parses), else the
+        task predictor at full length."""
+        if last["eos"]:
+            parsed = _parse(last["messages_signature"], last["text"])
+            if parsed is not None:
+                return parsed
+        return await self._full(calls, prompt, inputs)
+
+    def _prediction(
+        self, final: dspy.Prediction, prompt: str, steps: list[T.ProRefineStep], usage: Usage, refined: bool
+    ) -> dspy.Prediction:
+        values = {f: final.get(f) for f in ("reasoning", *self.signature.output_fields) if f in final}
+        stats = {
+            "steps_used": float(len(steps)),
+            "refined": float(refined),
+            "prompt_changes": float(sum(s["new_prompt"] != s["prompt"] for s in steps)),
+            "rejected_rewrites": float(sum(s["rejected_reason"] is not None for s in steps)),
+            "label_using": float(self.verifier_mode == "oracle"),
+        }
+        return dspy.Prediction(**values, refined_prompt=prompt, trajectory=steps, usage=usage.to_dict(), stats=stats)
+
+    # ------------------------------------------------------------------------------------ task calls
 
     def _task_lm(self) -> Any:
         lm = self.task.lm or dspy.settings.lm
@@ -170,7 +284,7 @@ class ProRefine(dspy.Module):
             raise ConfigError("No LM for the `task` role: pass `task_lm=` or call dspy.configure(lm=...).")
         return lm
 
-    def _generate(self, prompt: str, inputs: dict[str, Any], max_tokens: int | None) -> dict[str, Any]:
+    def _generate(self, prompt: str, inputs: dict[str, Any], max_tokens: int | None) -> _TaskOutput:
         """One task-LM call in the exact message format of the final answer, capped at ``max_tokens``."""
         adapter = dspy.settings.adapter or dspy.ChatAdapter()
         sig = self.task.signature.with_instructions(prompt)
@@ -180,7 +294,8 @@ class ProRefine(dspy.Module):
         _install_step_filter()
         token = _CAPPED_STEP.set(True)
         try:
-            outputs, usage = self._call_task_lm(lm, messages, kwargs)
+            with track_usage() as usage, role("task"):
+                outputs = call_with_messages(lm, messages, **kwargs)
         finally:
             _CAPPED_STEP.reset(token)
         first = outputs[0] if outputs else ""
@@ -190,106 +305,46 @@ class ProRefine(dspy.Module):
         reason = call.finish_reason if call else None
         # end-of-sequence: the server says "stop" AND the cap was not reached (some servers misreport)
         eos = reason == "stop" and (max_tokens is None or tokens < max_tokens)
-        return {"text": text, "finish_reason": reason, "completion_tokens": tokens, "eos": eos,
-                "messages_signature": sig}
+        return {
+            "text": text,
+            "finish_reason": reason,
+            "completion_tokens": tokens,
+            "eos": eos,
+            "messages_signature": sig,
+        }
 
-    @staticmethod
-    def _call_task_lm(lm: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> tuple[Any, Any]:
-        with track_usage() as usage, role("task"):
-            try:  # the adapter's own door for formatted messages (no deprecation warning)
-                from dspy.clients._deprecation import adapter_message_call
-            except ImportError:  # pragma: no cover - older DSPy
-                outputs = lm(messages=messages, **kwargs)
-            else:
-                with adapter_message_call(lm, messages):
-                    outputs = lm(messages=messages, **kwargs)
-        return outputs, usage
-
-    def _parse(self, sig: type[dspy.Signature], text: str, prompt: str, inputs: dict[str, Any]) -> dspy.Prediction:
-        adapter = dspy.settings.adapter or dspy.ChatAdapter()
-        try:
-            return dspy.Prediction(**adapter.parse(sig, text))
-        except Exception:  # unparseable final text: ask the task predictor with p* at full length
-            return self._full(prompt, inputs)
-
-    def _full(self, prompt: str, inputs: dict[str, Any]) -> dspy.Prediction:
+    async def _full(self, calls: T.Calls, prompt: str, inputs: dict[str, Any]) -> dspy.Prediction:
         """The task predictor at full length with instruction ``prompt`` (a per-call signature: no mutation)."""
         with role("task"):
-            return self.task(**inputs, signature=self.task.signature.with_instructions(prompt))
+            return await calls.predict(
+                self.task, {**inputs, "signature": self.task.signature.with_instructions(prompt)}
+            )
 
     def _task_text(self, inputs: dict[str, Any]) -> str:
         return "\n".join(f"{name}: {inputs.get(name)}" for name in self.signature.input_fields)
 
-    # -------------------------------------------------------------------------------------- forward
-
-    def forward(self, gold: dspy.Example | None = None, **inputs: Any) -> dspy.Prediction:
-        if self.verifier_mode == "oracle" and gold is None:
-            raise ConfigError(
-                "`verifier='oracle'` uses the gold label: pass `gold=<dspy.Example>` (comparisons do this for "
-                "label-using methods), or use `verifier='llm'` / `'none'`."
-            )
-        outputs = list(self.signature.output_fields)
-        prompt = self.signature.instructions
-        with track_usage() as usage:
-            steps: list[dict[str, Any]] = []
-            refine = True
-            initial = None
-            if self.verifier_mode != "none":
-                initial = self._full(prompt, inputs)
-                if self.verifier_mode == "oracle":
-                    refine = not bool(self.metric(gold, initial))
-                else:
-                    answer = "\n".join(f"{f}: {initial.get(f)}" for f in ("reasoning", *outputs) if f in initial)
-                    with role("verifier"):
-                        refine = not bool(self.verifier(task=self._task_text(inputs), answer=answer).correct)
-            final = initial
-            if refine:
-                last: dict[str, Any] | None = None
-                for i in range(1, self.n + 1):
-                    last = self._generate(prompt, inputs, i * self.k)
-                    with role("feedback"):
-                        fb = self.feedback(task=self._task_text(inputs), prompt=prompt, partial_output=last["text"])
-                    history = "none"
-                    if self.history_mode == "chat" and steps:
-                        history = "\n\n".join(f"prompt {s['step']}: {s['prompt']}\nfeedback: {s['feedback']}"
-                                              for s in steps)
-                    with role("optimizer"):
-                        proposed = clean_prompt(self.optimizer(prompt=prompt, feedback=str(fb.feedback),
-                                                               history=history).improved_prompt)
-                    rejected = rejection_reason(proposed, prompt, task=self._task_text(inputs),
-                                                feedback=str(fb.feedback), output=last["text"])
-                    new_prompt = prompt if rejected else proposed
-                    steps.append({"step": i, "prompt": prompt, "max_tokens": i * self.k, "output": last["text"],
-                                  "finish_reason": last["finish_reason"],
-                                  "completion_tokens": last["completion_tokens"],
-                                  "eos": last["eos"], "feedback": str(fb.feedback),
-                                  "is_correct": bool(fb.is_correct), "new_prompt": new_prompt,
-                                  "rejected_prompt": proposed if rejected else None, "rejected_reason": rejected})
-                    prompt = new_prompt
-                    if last["eos"]:
-                        break
-                if last is not None and last["eos"]:
-                    final = self._parse(last["messages_signature"], last["text"], prompt, inputs)
-                else:
-                    final = self._full(prompt, inputs)
-        values = {f: final.get(f) for f in ("reasoning", *outputs) if f in final}
-        return dspy.Prediction(
-            **values,
-            refined_prompt=prompt,
-            trajectory=steps,
-            usage=usage.to_dict(),
-            stats={"steps_used": float(len(steps)), "refined": float(refine),
-                   "prompt_changes": float(sum(s["new_prompt"] != s["prompt"] for s in steps)),
-                   "rejected_rewrites": float(sum(s["rejected_reason"] is not None for s in steps)),
-                   "label_using": float(self.verifier_mode == "oracle")},
-        )
-
-    async def aforward(self, gold: dspy.Example | None = None, **inputs: Any) -> dspy.Prediction:
-        # the loop is sequential by nature; run it in a worker thread (DSPy's context is copied)
-        return await asyncio.to_thread(self.forward, gold=gold, **inputs)
-
-    def export(self, prediction_or_prompt: dspy.Prediction | str, kind: Literal["cot", "predict"] = "cot"
-               ) -> dspy.Module:
+    def export(
+        self, prediction_or_prompt: dspy.Prediction | str, kind: Literal["cot", "predict"] = "cot"
+    ) -> dspy.Module:
         """A reusable ``ChainOfThought``/``Predict`` whose instruction is the refined prompt p*."""
         prompt = prediction_or_prompt if isinstance(prediction_or_prompt, str) else prediction_or_prompt.refined_prompt
         return export_program(self.signature, prompt, kind)
+
+
+class _TaskOutput(TypedDict):
+    """One capped task step: the text, how it ended, and the signature its messages were formatted with."""
+
+    text: str
+    finish_reason: str | None
+    completion_tokens: int
+    eos: bool
+    messages_signature: type[dspy.Signature]
+
+
+def _parse(sig: type[dspy.Signature], text: str) -> dspy.Prediction | None:
+    """The task outputs parsed from a step's text, or None when the adapter cannot parse it."""
+    adapter = dspy.settings.adapter or dspy.ChatAdapter()
+    try:
+        return dspy.Prediction(**adapter.parse(sig, text))
+    except Exception:
+        return None

@@ -9,13 +9,12 @@ import dspy
 from dspy.signatures.signature import ensure_signature
 
 from dspy_for.errors import ConfigError
+from dspy_for.metrics import extract_number
 
 __all__ = ["SelfConsistency"]
 
 
 def _vote_key(value: Any) -> Any:
-    from dspy_for.metrics import extract_number
-
     number = extract_number(value) if not isinstance(value, bool) else None
     if number is not None:
         return round(number, 6)
@@ -36,11 +35,10 @@ class SelfConsistency(dspy.Module):
 
     def forward(self, **kwargs: Any) -> dspy.Prediction:
         field = next(iter(self.signature.output_fields))
-        samples = [
-            self.cot(**kwargs, config={"rollout_id": i, "temperature": self.temperature}) for i in range(self.k)
-        ]
+        samples = [self.cot(**kwargs, config={"rollout_id": i, "temperature": self.temperature}) for i in range(self.k)]
         votes = Counter(_vote_key(s[field]) for s in samples)
         winner, count = votes.most_common(1)[0]
         chosen = next(s for s in samples if _vote_key(s[field]) == winner)
-        return dspy.Prediction(**{k: chosen[k] for k in chosen},
-                               stats={"samples": float(self.k), "agreement": count / self.k})
+        return dspy.Prediction(
+            **{k: chosen[k] for k in chosen}, stats={"samples": float(self.k), "agreement": count / self.k}
+        )

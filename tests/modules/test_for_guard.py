@@ -18,7 +18,7 @@ CASES = [
     ("Which quantity in the task did you use in step 2?", []),
     ("In line 3, why subtract rather than add?", ["proposes_fix"]),
     ("Are you sure every box has 12 apples?", []),
-    ("\"Did you account for the apples given away?\"", []),
+    ('"Did you account for the apples given away?"', []),
     ("1. What unit is your final answer in?", []),
     ("Why did you use 36 before subtracting?", []),
     # not a question
@@ -63,3 +63,22 @@ def test_every_rule_is_exercised():
 
 def test_numbers_are_normalised():
     assert numbers_in("1,250 bottles and 2.50 dollars, 7.0 kg") == {"1250", "2.5", "7"}
+
+
+def test_screen_questions_drops_repeats_and_splits_violations():
+    from dspy_for.modules.guard import screen_questions
+
+    s = screen_questions(
+        ["  How did you get 36? ", "", "Shouldn't it be 48?", "how did you get 36", "Is 31 left?"],
+        asked=["How did you get 36?!"],
+        allowed_numbers=ALLOWED,
+    )
+    assert s.repeats == ["How did you get 36?", "how did you get 36"]
+    assert s.items == ["Shouldn't it be 48?", "Is 31 left?"]
+    assert s.violations == [("Shouldn't it be 48?", ["proposes_answer"])] and s.accepted == ["Is 31 left?"]
+
+
+def test_unused_numbers_are_in_numeric_order():
+    from dspy_for.modules.guard import unused_numbers
+
+    assert unused_numbers("20 birds fly 50 miles, then 6 miles, 1,000 times", "20 birds") == ["6", "50", "1000"]

@@ -40,16 +40,24 @@ def make_responder(answers=(36, 36, 36, 36), questions=None, host_answer=36, log
             return {"reasoning": "3 * 12 = 36", "answer": str(answers[0])}
         if r == "debater":
             state["debater"] += 1
-            qs = questions[state["debater"] - 1] if questions else [f"How did you get {answers[0]} in step {state['debater']}?"]
+            qs = (
+                questions[state["debater"] - 1]
+                if questions
+                else [f"How did you get {answers[0]} in step {state['debater']}?"]
+            )
             return {"questions": qs}
         if r == "revise":
             state["revise"] += 1
             a = answers[min(state["revise"], len(answers) - 1)]
             changed = a != answers[min(state["revise"] - 1, len(answers) - 1)]
             error_found = changed if named_errors is None else named_errors
-            return {"responses": ["I re-checked 3 * 12."], "error_found": str(error_found),
-                    "error": "step 1 was wrong" if error_found else "none",
-                    "reasoning": "3 * 12 = 36", "answer": str(a)}
+            return {
+                "responses": ["I re-checked 3 * 12."],
+                "error_found": str(error_found),
+                "error": "step 1 was wrong" if error_found else "none",
+                "reasoning": "3 * 12 = 36",
+                "answer": str(a),
+            }
         return {"reasoning": "weighing the rounds", "answer": str(host_answer)}
 
     return respond
@@ -65,8 +73,14 @@ def test_protocol_runs_n_rounds_and_returns_typed_outputs_and_trajectory():
     assert pred.rounds_used == 2 and pred.role_collapse == 0
     assert pred.answers_by_round == [{"answer": 36.0}] * 3
     kinds = [(t["role"], t["type"], t["round"]) for t in pred.trajectory]
-    assert kinds == [("defender", "answer", 0), ("debater", "questions", 1), ("defender", "revision", 1),
-                     ("debater", "questions", 2), ("defender", "revision", 2), ("host", "synthesis", 2)]
+    assert kinds == [
+        ("defender", "answer", 0),
+        ("debater", "questions", 1),
+        ("defender", "revision", 1),
+        ("debater", "questions", 2),
+        ("defender", "revision", 2),
+        ("host", "synthesis", 2),
+    ]
     assert set(pred.usage) == {"defender", "debater", "host", "total"}
     assert pred.usage["defender"]["calls"] == 3 and pred.usage["total"]["calls"] == 6
     assert all("usage" in t for t in pred.trajectory)
@@ -89,8 +103,7 @@ def test_without_host_the_final_answer_is_a_n_and_defender_sees_questions():
 
 
 def test_guard_reasks_once_with_the_reason_then_drops_offenders_and_counts_collapse():
-    questions = [["Shouldn't it be 48?", "Did you multiply 3 by 12?"],
-                 ["Use addition instead.", "Is 36 the total?"]]
+    questions = [["Shouldn't it be 48?", "Did you multiply 3 by 12?"], ["Use addition instead.", "Is 36 the total?"]]
     lm = ScriptedLM(make_responder(questions=questions))
     dspy.configure(lm=lm)
     with dspy.context(trace=[]):
@@ -141,8 +154,11 @@ def test_stable_stop_and_token_budget():
 
 
 def test_round_prompts_do_not_depend_on_n_so_prefix_runs_cost_only_the_host(monkeypatch):
-    monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=False, enable_memory_cache=True,
-                                             disk_cache_dir="", memory_max_entries=10_000))
+    monkeypatch.setattr(
+        dspy,
+        "cache",
+        Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10_000),
+    )
     lm = ScriptedLM(make_responder(), cache=True)
     dspy.configure(lm=lm)
     FORPrompting("question -> answer: float", rounds=3)(question=Q)
@@ -178,7 +194,8 @@ def test_debater_is_told_which_task_numbers_the_work_never_used():
     lm = ScriptedLM(make_responder())
     dspy.configure(lm=lm)
     FORPrompting("question -> answer: float", rounds=1, host=False)(
-        question="20 birds fly 50 miles, then 60 miles. How far did all the birds fly in total?")
+        question="20 birds fly 50 miles, then 60 miles. How far did all the birds fly in total?"
+    )
     debater = next(user_text(m) for m in (c["messages"] for c in lm.calls) if role_of(m) == "debater")
     unused = debater.split("[[ ## unused_numbers ## ]]")[1].split("[[ ##")[0]
     # the scripted Defender's work is "3 * 12 = 36": every task number is unused, in numeric order
@@ -219,8 +236,9 @@ def test_bootstrap_fewshot_compiles_and_save_load_roundtrips(tmp_path):
     dspy.configure(lm=lm)
     train = [dspy.Example(question=Q, answer=36.0).with_inputs("question")] * 2
     student = FORPrompting("question -> answer: float", rounds=1)
-    compiled = dspy.BootstrapFewShot(metric=lambda e, p, t=None: p.answer == e.answer,
-                                     max_bootstrapped_demos=1, max_labeled_demos=0).compile(student, trainset=train)
+    compiled = dspy.BootstrapFewShot(
+        metric=lambda e, p, t=None: p.answer == e.answer, max_bootstrapped_demos=1, max_labeled_demos=0
+    ).compile(student, trainset=train)
     assert all(len(p.demos) == 1 for _, p in compiled.named_predictors())
     assert all(len(p.demos) == 0 for _, p in student.named_predictors())
     path = tmp_path / "for.json"
@@ -247,8 +265,13 @@ def test_class_signature_and_aforward():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"rounds": -1}, "`rounds`"), ({"stop": "never"}, "`stop`"), ({"patience": 0}, "`patience`"),
-     ({"token_budget": 0}, "`token_budget`"), ({"debater_mode": "angry"}, "`debater_mode`")],
+    [
+        ({"rounds": -1}, "`rounds`"),
+        ({"stop": "never"}, "`stop`"),
+        ({"patience": 0}, "`patience`"),
+        ({"token_budget": 0}, "`token_budget`"),
+        ({"debater_mode": "angry"}, "`debater_mode`"),
+    ],
 )
 def test_bad_options_are_clear_errors(kwargs, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -257,8 +280,9 @@ def test_bad_options_are_clear_errors(kwargs, message):
 
 def test_registered_method_builds_with_role_lms():
     d = ScriptedLM(make_responder())
-    m = build_method("for", "question -> answer: float", lm=d, role_lms={"host": ScriptedLM(make_responder())},
-                     rounds=2, host=False)
+    m = build_method(
+        "for", "question -> answer: float", lm=d, role_lms={"host": ScriptedLM(make_responder())}, rounds=2, host=False
+    )
     assert isinstance(m, FORPrompting) and m.rounds == 2 and m.defender.lm is d and m.host.lm is not d
     with pytest.raises(ConfigError, match="Unknown option `round`"):
         build_method("for", "question -> answer", round=2)
@@ -288,8 +312,13 @@ def test_gepa_optimizes_the_role_predictors_under_their_stable_names(tmp_path):
             return {"reasoning": "3 * 12" if right else "3 + 12", "answer": "36" if right else "15"}
         if r == "revise":  # keeps its previous answer
             prev = re.search(r"previous_answer ## \]\][\s\S]*?answer: ([\d.]+)", user_text(messages)).group(1)
-            return {"responses": ["checked"], "error_found": "False", "error": "none", "reasoning": "same",
-                    "answer": prev}
+            return {
+                "responses": ["checked"],
+                "error_found": "False",
+                "error": "none",
+                "reasoning": "same",
+                "answer": prev,
+            }
         return make_responder()(messages, max_tokens)
 
     def reflect(messages, max_tokens):
@@ -305,8 +334,15 @@ def test_gepa_optimizes_the_role_predictors_under_their_stable_names(tmp_path):
     before = {n: p.signature.instructions for n, p in student.named_predictors()}
     from dspy_for.optimizers import compile_program
 
-    res = compile_program("gepa", student, trainset=train, valset=train, optimizer_lm=reflection,
-                          metric=lambda e, p, t=None: float(p.answer == e.answer), max_metric_calls=30)
+    res = compile_program(
+        "gepa",
+        student,
+        trainset=train,
+        valset=train,
+        optimizer_lm=reflection,
+        metric=lambda e, p, t=None: float(p.answer == e.answer),
+        max_metric_calls=30,
+    )
     after = {n: p.signature.instructions for n, p in res.program.named_predictors()}
     assert set(after) == {"defender", "revise", "debater", "host"}
     assert "GOOD" in after["defender"]
@@ -377,3 +413,60 @@ def test_unreadable_turns_are_tolerated_by_aforward_too():
     dspy.configure(lm=ScriptedLM(_unreadable_in({"host"})))
     pred = asyncio.run(FORPrompting("question -> answer: float", rounds=1).acall(question=Q))
     assert pred.answer == 36.0 and pred.unreadable_turns == 1
+
+
+def _run_both_ways(make_lm, **options):
+    """The same FOR call run through forward and through aforward, each on a fresh scripted LM, with a trace."""
+    runs = []
+    for run in (lambda m: m(question=Q), lambda m: asyncio.run(m.acall(question=Q))):
+        lm = make_lm()
+        dspy.configure(lm=lm)
+        with dspy.context(trace=[]):
+            pred = run(FORPrompting("question -> answer: float", **options))
+            trace = [(type(p).__name__, dict(inputs), dict(out)) for p, inputs, out in dspy.settings.trace]
+        runs.append((pred, trace, [(c["messages"], c["max_tokens"]) for c in lm.calls]))
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("make_lm", "options"),
+    [
+        (lambda: ScriptedLM(make_responder(answers=(36, 30, 40))), {"rounds": 2}),
+        (lambda: ScriptedLM(make_responder(answers=(36, 30, 30), named_errors=False)), {"rounds": 2, "host": False}),
+        (
+            lambda: ScriptedLM(
+                make_responder(questions=[["Shouldn't it be 48?", "Did you multiply 3 by 12?"], ["Is 36 the total?"]])
+            ),
+            {"rounds": 1},
+        ),
+        (lambda: ScriptedLM(make_responder(questions=[[], [], []])), {"rounds": 3, "stop": "no_questions"}),
+        (lambda: ScriptedLM(make_responder(answers=(36, 30, 30, 30))), {"rounds": 3, "stop": "stable"}),
+        (lambda: ScriptedLM(_unreadable_in({"revise", "host"})), {"rounds": 2}),
+    ],
+    ids=["host", "kept_previous", "guard_reask", "no_questions", "stable", "unreadable"],
+)
+def test_forward_and_aforward_make_the_same_calls_and_trajectories(make_lm, options):
+    (sync, sync_trace, sync_calls), (async_, async_trace, async_calls) = _run_both_ways(make_lm, **options)
+    assert async_calls == sync_calls  # same calls, same order, same messages: the same cache entries
+    assert async_.trajectory == sync.trajectory and async_.answers_by_round == sync.answers_by_round
+    assert async_.stats == sync.stats and async_.answer == sync.answer
+    assert async_trace == sync_trace  # a rejected Debater attempt stays out of both traces
+    strip = lambda u: {r: {k: v for k, v in c.items() if k != "wall_time"} for r, c in u.items()}  # noqa: E731
+    assert strip(async_.usage) == strip(sync.usage)
+
+
+def test_trajectory_turns_have_the_typed_shape():
+    from typing import get_type_hints
+
+    from dspy_for.modules import ForTurn, QuestionsFields, RevisionFields, TurnUsage
+
+    dspy.configure(lm=ScriptedLM(make_responder(questions=[["Shouldn't it be 48?"], ["Is 36 the total?"]] * 2)))
+    pred = FORPrompting("question -> answer: float", rounds=2)(question=Q)
+    for turn in pred.trajectory:
+        assert set(turn) <= set(get_type_hints(ForTurn)) and set(turn["usage"]) == set(get_type_hints(TurnUsage))
+        if turn["type"] == "questions":
+            assert set(QuestionsFields.__required_keys__) <= set(turn["fields"]) <= set(get_type_hints(QuestionsFields))
+        if turn["type"] == "revision":
+            assert set(RevisionFields.__required_keys__) <= set(turn["fields"])
+            assert list(turn["fields"]) == ["responses", "error_found", "error", "reasoning", "answer", "kept_previous"]
+    assert [t["fields"]["attempt"] for t in pred.trajectory if t["type"] == "questions"][:2] == [0, 1]

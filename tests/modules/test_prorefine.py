@@ -41,7 +41,9 @@ def responder(task_words=200, verifier_ok=False, log=None):
             return {"is_correct": "False", "feedback": "Check each multiplication."}
         if r == "optimizer":
             counter["opt"] += 1
-            return {"improved_prompt": f"Solve the problem step by step. Rule {chr(64 + counter['opt'])}: double-check."}
+            return {
+                "improved_prompt": f"Solve the problem step by step. Rule {chr(64 + counter['opt'])}: double-check."
+            }
         return {"correct": str(verifier_ok)}
 
     return respond
@@ -54,8 +56,13 @@ def test_step_i_requests_i_times_k_tokens_and_stops_at_n():
     task_caps = [mt for r, mt in log if r == "task"]
     assert task_caps[:4] == [10, 20, 30, 40]
     assert task_caps[4:] == [1000]  # the final answer at full length (the LM's own max_tokens) with p*
-    assert pred.stats == {"steps_used": 4.0, "refined": 1.0, "prompt_changes": 4.0, "rejected_rewrites": 0.0,
-                          "label_using": 0.0}
+    assert pred.stats == {
+        "steps_used": 4.0,
+        "refined": 1.0,
+        "prompt_changes": 4.0,
+        "rejected_rewrites": 0.0,
+        "label_using": 0.0,
+    }
     assert [s["finish_reason"] for s in pred.trajectory] == ["length"] * 4
     assert pred.refined_prompt == "Solve the problem step by step. Rule D: double-check."
     assert pred.answer == 36.0
@@ -104,10 +111,11 @@ def test_optimizer_rewrites_that_paste_the_problem_are_rejected():
         ("", "empty"),
         ("Solve it. There are 14 objects in total.", "problem_numbers"),  # a number from the feedback
         ("Solve it. Count the 3 boxes.", "problem_numbers"),  # a number from the task
-        ("Solve it. The model did not count the carrots correctly and it should have counted them.",
-         "copies_feedback"),
-        ("Solve it. Do not copy the feedback, and never include numbers, names, objects or the answer.",
-         "copies_instructions"),
+        ("Solve it. The model did not count the carrots correctly and it should have counted them.", "copies_feedback"),
+        (
+            "Solve it. Do not copy the feedback, and never include numbers, names, objects or the answer.",
+            "copies_instructions",
+        ),
         ("Solve it. List every item with its quantity, then add the quantities.", None),
         ("Solve it. Rule 1: check each step.", None),  # a number of its own is fine
     ],
@@ -136,8 +144,13 @@ def test_oracle_needs_labels_and_is_marked_label_using():
         m(question=Q)
     right = m(question=Q, gold=dspy.Example(question=Q, answer=36.0))
     wrong = m(question=Q, gold=dspy.Example(question=Q, answer=35.0))
-    assert right.stats == {"steps_used": 0.0, "refined": 0.0, "prompt_changes": 0.0, "rejected_rewrites": 0.0,
-                           "label_using": 1.0}
+    assert right.stats == {
+        "steps_used": 0.0,
+        "refined": 0.0,
+        "prompt_changes": 0.0,
+        "rejected_rewrites": 0.0,
+        "label_using": 1.0,
+    }
     assert wrong.stats["refined"] == 1.0 and wrong.stats["steps_used"] == 2.0
 
 
@@ -178,16 +191,17 @@ def test_inside_evaluate_bestofn_and_async():
     assert asyncio.run(m.acall(question=Q)).answer == 36.0
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"k": 0}, "`k`"), ({"n": -1}, "`n`"), ({"verifier": "human"}, "`verifier`"),
-                                               ({"history": "full"}, "`history`")])
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"k": 0}, "`k`"), ({"n": -1}, "`n`"), ({"verifier": "human"}, "`verifier`"), ({"history": "full"}, "`history`")],
+)
 def test_bad_options(kwargs, name):
     with pytest.raises(ConfigError, match=name):
         ProRefine("question -> answer", **kwargs)
 
 
 def test_registered_method():
-    m = build_method("prorefine", "question -> answer: float", lm=ScriptedLM(responder()), k=5, n=2,
-                     verifier="oracle")
+    m = build_method("prorefine", "question -> answer: float", lm=ScriptedLM(responder()), k=5, n=2, verifier="oracle")
     assert isinstance(m, ProRefine) and m.k == 5 and m.uses_labels
 
 
@@ -218,3 +232,45 @@ def test_the_unrefined_answer_is_the_chain_of_thought_baselines_answer():
 def test_clean_prompt_drops_adapter_markers():
     assert clean_prompt("Count every item. [[ ## completed ## ]]") == "Count every item."
     assert clean_prompt("  Solve it.\n") == "Solve it."
+
+
+@pytest.mark.parametrize(
+    ("respond", "options"),
+    [
+        (lambda: responder(task_words=500), {"k": 10, "n": 3, "history": "chat"}),
+        (lambda: responder(task_words=25), {"k": 10, "n": 10}),  # stops at EOS and reuses its output
+        (lambda: responder(task_words=500, verifier_ok=False), {"k": 10, "n": 2, "verifier": "llm"}),
+        (lambda: responder(task_words=500, verifier_ok=True), {"k": 10, "n": 2, "verifier": "llm"}),
+    ],
+    ids=["chat", "eos", "llm_refines", "llm_accepts"],
+)
+def test_forward_and_aforward_make_the_same_calls_and_trajectories(respond, options):
+    runs = []
+    for run in (lambda m: m(question=Q), lambda m: asyncio.run(m.acall(question=Q))):
+        lm = ScriptedLM(respond())
+        dspy.configure(lm=lm)
+        runs.append((run(ProRefine("question -> answer: float", **options)), lm.calls))
+    (sync, sync_calls), (async_, async_calls) = runs
+    assert async_calls == sync_calls  # same calls, same order, same caps and messages: the same cache entries
+    assert async_.trajectory == sync.trajectory and async_.refined_prompt == sync.refined_prompt
+    assert async_.stats == sync.stats and async_.answer == sync.answer and async_.reasoning == sync.reasoning
+    assert {r: u["calls"] for r, u in async_.usage.items()} == {r: u["calls"] for r, u in sync.usage.items()}
+
+
+def test_aforward_keeps_the_oracle_gold_check():
+    dspy.configure(lm=ScriptedLM(responder(task_words=25)))
+    m = ProRefine("question -> answer: float", k=10, n=2, verifier="oracle")
+    with pytest.raises(ConfigError, match="gold"):
+        asyncio.run(m.acall(question=Q))
+    right = asyncio.run(m.acall(question=Q, gold=dspy.Example(question=Q, answer=36.0)))
+    assert right.stats["refined"] == 0.0 and right.answer == 36.0
+
+
+def test_steps_have_the_typed_shape():
+    from typing import get_type_hints
+
+    from dspy_for.modules import ProRefineStep
+
+    dspy.configure(lm=ScriptedLM(responder(task_words=25)))
+    pred = ProRefine("question -> answer: float", k=10, n=5)(question=Q)
+    assert pred.trajectory and all(list(s) == list(get_type_hints(ProRefineStep)) for s in pred.trajectory)
