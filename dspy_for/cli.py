@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from dspy_for.errors import DspyForError
 
@@ -21,6 +22,8 @@ console = Console()
 
 LM_HELP = "LM spec for every role: a litellm model string (openai/gpt-4.1-mini) or local/<name>."
 ROLE_LM_HELP = "Per-role LM, ROLE=SPEC (repeatable), e.g. --role-lm debater=local/qwen2.5-coder-0.5b."
+LM_OPTION_HELP = "LM option for every role, KEY=VALUE (repeatable): api_base, timeout (s), num_retries, temperature."
+ROLE_LM_OPTION_HELP = "LM option for one role, ROLE:KEY=VALUE (repeatable), e.g. host:api_base=http://h:8000/v1."
 
 
 def _parse_value(text: str) -> Any:
@@ -45,8 +48,17 @@ def _options(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
+    """Bad input (a config, a flag, a spec): the message names the option and the fix; exit code 2."""
+    console.print(f"[bold red]error:[/] {escape(str(exc))}")
     raise typer.Exit(code=2)
+
+
+def _failed_run(lines: list[str], what: str) -> None:
+    """A run that finished with errors: print each distinct one and exit 1 (after everything was logged)."""
+    for line in lines:
+        console.print(f"[red]{escape(line)}[/]")
+    console.print(f"[bold red]{what}[/] Failed items are not scored; run the same command again to retry them.")
+    raise typer.Exit(code=1)
 
 
 def _show_progress(*names: str) -> None:
@@ -134,7 +146,7 @@ def ask(
     max_tokens: Annotated[int, typer.Option(help="Max completion tokens per call.")] = 1024,
 ) -> None:
     """Answer one question with one method; print the answer, the method's trace and the usage table."""
-    from dspy_for.experiments.render import render_result
+    from dspy_for.render import render_result
     from dspy_for.experiments.spec import parse_role_lms
     from dspy_for.lm import make_lm, role, track_usage
 
@@ -152,8 +164,12 @@ def ask(
         opts = _options(option)
         if rounds is not None:
             opts["rounds"] = rounds
-        from dspy_for.experiments.methods import build_method
+        from dspy_for.experiments.methods import build_method, get_method
+        from dspy_for.lm import check_lm_spec
 
+        get_method(method).validate_options(opts)  # bad input fails before any LM is built or called
+        for spec in (lm, *parse_role_lms(role_lm or []).values()):
+            check_lm_spec(str(spec))
         program = build_method(method, signature, lm=make_lm(lm, max_tokens=max_tokens),
                                role_lms={r: make_lm(s, max_tokens=max_tokens)
                                          for r, s in parse_role_lms(role_lm or []).items()},
@@ -181,7 +197,10 @@ def compare(
     role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
     data_dir: Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")] = None,
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")] = None,
-    match_budget: Annotated[bool, typer.Option(help="Size self-consistency and Refine to FOR's tokens/item.")] = False,
+    lm_option: Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)] = None,
+    role_lm_option: Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)] = None,
+    match_budget: Annotated[bool | None, typer.Option(
+        "--match-budget/--no-match-budget", help="Size self-consistency and Refine to FOR's tokens/item.")] = None,
     autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
     threads: Annotated[int | None, typer.Option(help="Parallel items (the local server is serial).")] = None,
     results_dir: Annotated[str | None, typer.Option(
@@ -189,25 +208,25 @@ def compare(
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
     from dspy_for.experiments.comparison import compare as run_compare
-    from dspy_for.experiments.report import rich_tables
+    from dspy_for.experiments.report import error_lines, rich_tables
 
     _show_progress("dspy_for.optimizers")  # compile steps of compiled methods (TextGrad: one line per update)
     try:
         result = run_compare(config, dataset=dataset, split=split, limit=limit, first=first, methods=methods, lm=lm,
-                             role_lms=role_lm or None, data_dir=data_dir, tracking_uri=tracking_uri,
-                             match_budget=match_budget or None, autolog=autolog or None, num_threads=threads,
+                             role_lms=role_lm or None, lm_options=lm_option or None,
+                             role_lm_options=role_lm_option or None, data_dir=data_dir, tracking_uri=tracking_uri,
+                             match_budget=match_budget, autolog=autolog or None, num_threads=threads,
                              results_dir=results_dir)
     except DspyForError as exc:
         _fail(exc)
         return
     for table in rich_tables(result):
         console.print(table)
-    for dataset_name, errs in result.errors.items():
-        for label, err in errs.items():
-            console.print(f"[red]{label} on {dataset_name} failed:[/] {err}")
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}")
-    console.print(f"MLflow run {result.run_id}; browse with: mlflow ui --backend-store-uri "
-                  f"{tracking_uri or os.environ.get('MLFLOW_TRACKING_URI') or 'sqlite:///mlruns/mlflow.db'}")
+    browse = "dspy-for ui" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+    console.print(f"MLflow run {result.run_id}; browse with: {browse}", soft_wrap=True, markup=False)
+    if not result.ok:
+        _failed_run(error_lines(result), f"{result.n_failed} item(s) failed.")
 
 
 # ----------------------------------------------------------------------------------------- sweep
@@ -225,6 +244,8 @@ def sweep(
     first: Annotated[int | None, typer.Option(help="Only the first N validation items (after --limit).")] = None,
     lm: Annotated[str | None, typer.Option(help=LM_HELP)] = None,
     role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
+    lm_option: Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)] = None,
+    role_lm_option: Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)] = None,
     data_dir: Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")] = None,
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")] = None,
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
@@ -232,6 +253,7 @@ def sweep(
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
     from rich.table import Table
 
+    from dspy_for.experiments.sweeps import SweepError
     from dspy_for.experiments.sweeps import logger as sweep_logger
     from dspy_for.experiments.sweeps import sweep as run_sweep
 
@@ -239,8 +261,11 @@ def sweep(
     try:
         result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, n_trials=n_trials,
                            storage=storage, study=study, limit=limit, first=first, lm=lm,
-                           role_lms=role_lm or None,
-                           data_dir=data_dir, tracking_uri=tracking_uri)
+                           role_lms=role_lm or None, lm_options=lm_option or None,
+                           role_lm_options=role_lm_option or None, data_dir=data_dir, tracking_uri=tracking_uri)
+    except SweepError as exc:
+        _failed_run([str(exc)], "The sweep stopped.")
+        return
     except DspyForError as exc:
         _fail(exc)
         return
@@ -251,14 +276,48 @@ def sweep(
     for tr in result.study.get_trials(deepcopy=False):
         values = ", ".join(f"{v:.3g}" for v in (tr.values or []))
         tok = tr.user_attrs.get("tokens_per_item")
-        t.add_row(f"{tr.number}{' *' if tr.number in best else ''}", tr.state.name, str(tr.params), values,
+        t.add_row(f"{tr.number}{' *' if tr.number in best else ''}", tr.state.name, escape(str(tr.params)), values,
                   f"{tok:.0f}" if tok is not None else "")
     console.print(t)
     if result.final_test:
         ft = result.final_test
-        console.print(f"final test ({ft['n']} items) with {ft['params']}: accuracy {ft['accuracy']:.1%} "
-                      f"[{ft['ci_low']:.1%}, {ft['ci_high']:.1%}], {ft['tokens_per_item']:.0f} tokens/item")
+        scored = (f"accuracy {ft['accuracy']:.1%} [{ft['ci_low']:.1%}, {ft['ci_high']:.1%}], "
+                  f"{ft['tokens_per_item']:.0f} tokens/item" if ft["n"] else "nothing scored")
+        console.print(f"final test ({ft['n']} scored, {ft['failed']} failed, {ft['unparsed']} unparsed) with "
+                      f"{escape(str(ft['params']))}: {scored}")
     console.print(f"MLflow parent run {result.parent_run_id} (* = best trial)")
+    if not result.ok:
+        failed = result.counts.get("FAIL", 0)
+        lines = [f"final test: {n} item(s) failed: {e}" for e, n in (result.final_test or {}).get("errors", {}).items()]
+        _failed_run(lines, f"{failed} trial(s) failed (re-run on resume)." if failed else "The final test had errors.")
+
+
+# -------------------------------------------------------------------------------------------- ui
+
+
+@app.command()
+def ui(
+    tracking_uri: Annotated[str | None, typer.Option(
+        help="MLflow tracking URI to browse (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).")] = None,
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 5000,
+    host: Annotated[str, typer.Option(
+        help="Interface to bind; 0.0.0.0 exposes it to the network (MLflow then checks Host headers).")] = "127.0.0.1",
+) -> None:
+    """Browse the MLflow runs in your browser; works offline, where a bare `mlflow ui` hangs. Ctrl-C stops it.
+
+    Runs `mlflow server` on the store with litellm's bundled cost map (a bare `mlflow ui` deadlocks at
+    start-up offline, fetching it), without telemetry or the GenAI job runner, waits until it answers and
+    prints the URL. A store that does not exist yet is an error: create it with `dspy-for compare`.
+    """
+    from dspy_for.experiments.ui import serve_ui
+
+    try:
+        code = serve_ui(tracking_uri, port=port, host=host,
+                        echo=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
+    except DspyForError as exc:
+        _fail(exc)
+        return
+    raise typer.Exit(code)
 
 
 def main() -> None:

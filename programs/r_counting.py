@@ -13,7 +13,7 @@ import dspy
 from rich.console import Console
 
 from dspy_for import FORPrompting, make_lm, track_usage
-from dspy_for.experiments.render import RENDERERS, usage_table
+from dspy_for.render import RENDERERS, usage_table
 
 QUESTION = "How many rs are in the word strarrtrabbbery?"
 ANSWER = 5

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
-from dspy_for.datasets.loaders import DATASETS, DatasetInfo, data_hash, dataset_info, load_dataset
+from dspy_for.datasets.loaders import (
+    DATASETS,
+    DatasetInfo,
+    content_key,
+    data_hash,
+    dataset_info,
+    load_dataset,
+    signature_for,
+)
 
-__all__ = ["DATASETS", "DatasetInfo", "data_hash", "dataset_info", "load_dataset"]
+__all__ = ["DATASETS", "DatasetInfo", "content_key", "data_hash", "dataset_info", "load_dataset", "signature_for"]

@@ -27,7 +27,7 @@ import dspy
 
 from dspy_for.errors import DatasetError
 
-__all__ = ["DATASETS", "DatasetInfo", "data_hash", "dataset_info", "load_dataset"]
+__all__ = ["DATASETS", "DatasetInfo", "content_key", "data_hash", "dataset_info", "load_dataset", "signature_for"]
 
 logger = logging.getLogger("dspy_for.datasets")
 
@@ -43,6 +43,18 @@ class DatasetInfo:
     files: str
     description: str
 
+    @property
+    def signature(self) -> str:
+        """The DSPy signature methods answer this dataset with (its gold answer's type)."""
+        return _SIGNATURES[self.answer_type]
+
+
+_SIGNATURES = {
+    "float": "question -> answer: float",
+    "int": "question -> answer: int",
+    "str": "question -> answer: str",
+    "str (A-E)": "question -> answer: str",
+}
 
 DATASETS: dict[str, DatasetInfo] = {
     "gsm8k": DatasetInfo(
@@ -89,6 +101,18 @@ def dataset_info(name: str) -> DatasetInfo:
     if key not in DATASETS:
         raise DatasetError(f"Unknown dataset `{name}`. Choose one of: {', '.join(sorted(DATASETS))}.")
     return DATASETS[key]
+
+
+def signature_for(name: str) -> str:
+    """The signature of dataset ``name`` (``question -> answer: float`` for GSM8K, ``int`` for counting, ...)."""
+    return dataset_info(name).signature
+
+
+def content_key(question: object, gold: object) -> str:
+    """A short hash of an item's content (its question and gold answer), independent of its position and of
+    the directory it was read from: stored per-item results are keyed by it, so an edited data file re-runs
+    exactly the items whose text or gold changed."""
+    return hashlib.sha256(json.dumps([str(question), str(gold)], ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def load_dataset(

@@ -15,6 +15,8 @@ from typing import Any
 import dspy
 
 from dspy_for.errors import ConfigError
+from dspy_for.lm import resolve_lm
+from dspy_for.modules import FORPrompting, ProRefine, SelfConsistency
 
 __all__ = [
     "MethodSpec",
@@ -27,6 +29,12 @@ __all__ = [
 #: factory(signature, lms, **options) -> dspy.Module; ``lms`` maps each role to an LM or None
 #: (None: the LM configured with ``dspy.configure``/``dspy.context``).
 Factory = Callable[..., dspy.Module]
+#: LM options a method without an option of that name takes as a method option (a sweep may search it)
+LM_OPTIONS = ("temperature",)
+
+
+def _never(options: Mapping[str, Any]) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -36,15 +44,38 @@ class MethodSpec:
     factory: Factory
     roles: tuple[str, ...] = ("task",)
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: whether the method, with these options, reads each item's gold label (it is then given ``gold=``,
+    #: and its results are marked ``label_using``: an upper bound, not a deployable method)
+    uses_labels: Callable[[Mapping[str, Any]], bool] = _never
+
+    def split_options(self, options: Mapping[str, Any]) -> tuple[dict[str, Any], float | None]:
+        """(the method's own options, the LM ``temperature`` if one is given for a method without that option)."""
+        own = dict(options)
+        if "temperature" in self.defaults:
+            return own, None
+        temperature = own.pop("temperature", None)
+        return own, None if temperature is None else float(temperature)
 
     def validate_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(options) - set(self.defaults))
+        """Names and values: unknown names, and values the method refuses (checked by building it without
+        LMs, which calls nothing), fail here — before any LM call — with the option named."""
+        own, temperature = self.split_options(options)
+        unknown = sorted(set(own) - set(self.defaults))
         if unknown:
-            allowed = ", ".join(sorted(self.defaults)) or "(none)"
+            allowed = ", ".join(sorted([*self.defaults, *(o for o in LM_OPTIONS if o not in self.defaults)]))
             raise ConfigError(
                 f"Unknown option `{unknown[0]}` for method `{self.name}`. Options it accepts: {allowed}."
             )
-        return {**self.defaults, **options}
+        if temperature is not None and temperature < 0:
+            raise ConfigError(f"`temperature` must be >= 0, got {temperature!r}.")
+        merged = {**self.defaults, **own}
+        try:
+            self.factory("question -> answer", dict.fromkeys(self.roles), **merged)
+        except ConfigError as exc:
+            raise ConfigError(f"Method `{self.name}`: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"Method `{self.name}` refuses options {own}: {exc}") from None
+        return merged
 
     def validate_roles(self, roles: Mapping[str, Any]) -> None:
         unknown = sorted(set(roles) - set(self.roles))
@@ -92,8 +123,6 @@ def build_method(
     ``lm`` (a litellm spec string, ``dspy.BaseLM`` or None) is the default for every role;
     ``role_lms`` overrides it per role. Strings go through :func:`dspy_for.make_lm`.
     """
-    from dspy_for.lm import resolve_lm
-
     spec = get_method(name)
     role_lms = dict(role_lms or {})
     spec.validate_roles(role_lms)
@@ -126,8 +155,6 @@ register_method(
 
 
 def _for_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
-    from dspy_for.modules import FORPrompting
-
     return FORPrompting(sig, defender_lm=lms["defender"], debater_lm=lms["debater"], host_lm=lms["host"], **options)
 
 
@@ -144,8 +171,6 @@ register_method(
 
 
 def _sc_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
-    from dspy_for.modules.self_consistency import SelfConsistency
-
     return _with_lm(SelfConsistency(sig, **options), lms["task"])
 
 
@@ -156,6 +181,10 @@ def _answer_parses(args: Mapping[str, Any], pred: dspy.Prediction) -> float:
 
 
 def _refine_factory(sig: Any, lms: Mapping[str, Any], *, N: int, threshold: float) -> dspy.Module:
+    if isinstance(N, bool) or not isinstance(N, int) or N < 1:
+        raise ConfigError(f"`N` must be a positive integer (attempts), got {N!r}.")
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        raise ConfigError(f"`threshold` must be a number, got {threshold!r}.")
     return _with_lm(dspy.Refine(dspy.ChainOfThought(sig), N=N, reward_fn=_answer_parses, threshold=threshold),
                     lms["task"])
 
@@ -179,8 +208,6 @@ register_method(
 
 
 def _prorefine_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
-    from dspy_for.modules import ProRefine
-
     return ProRefine(sig, task_lm=lms["task"], feedback_lm=lms["feedback"], optimizer_lm=lms["optimizer"],
                      verifier_lm=lms["verifier"], **options)
 
@@ -192,5 +219,6 @@ register_method(
         factory=_prorefine_factory,
         roles=("task", "feedback", "optimizer", "verifier"),
         defaults={"k": 10, "n": 25, "verifier": "none", "history": "stateless", "task_module": "cot"},
+        uses_labels=lambda options: options.get("verifier") == "oracle",
     )
 )

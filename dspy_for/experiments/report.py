@@ -10,12 +10,15 @@ if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
 
 __all__ = [
-    "debate_diagnostics", "detail_lines", "figures", "rich_tables", "round_accuracy", "round_scores", "summary_rows",
-    "table_text",
+    "debate_diagnostics", "detail_lines", "error_lines", "figures", "legend", "rich_tables", "round_accuracy",
+    "round_scores", "summary_rows", "table_text",
 ]
 
 
 def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
+    """One row per method × dataset. ``n`` counts scored items (failed ones are errors, left out of accuracy
+    and tokens/item and counted in ``failed``); the Δ pairs each method with the baseline on the items both
+    scored (matched by content)."""
     rows = []
     baseline = result.spec.baseline
     for dataset, by_label in result.results.items():
@@ -23,53 +26,93 @@ def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
         for label, r in by_label.items():
             acc, lo, hi = mean_with_ci(r.scores)
             row: dict[str, Any] = {
-                "dataset": dataset, "method": label, "n": r.n, "accuracy": acc, "ci_low": lo, "ci_high": hi,
-                "tokens_per_item": r.tokens_per_item, "calls_per_item": r.calls_per_item,
-                "wall_time": r.wall_time, "failed": r.n_failed, "delta": None, "p_value": None,
+                "dataset": dataset, "method": label, "n": r.n_scored, "failed": r.n_failed,
+                "unparsed": r.n_unparsed, "accuracy": acc if r.n_scored else None, "ci_low": lo, "ci_high": hi,
+                "tokens_per_item": r.tokens_per_item if r.n_scored else None, "calls_per_item": r.calls_per_item,
+                "wall_time": r.wall_time + r.reused_time, "reused_time": r.reused_time, "delta": None,
+                "p_value": None, "paired_n": 0,
                 "tokens_per_item_by_role": {name: r.per_item("served_tokens", name) for name in r.usage.roles},
-                "stats": r.stats_mean,
+                "stats": r.stats_mean, "errors": dict(r.error_counts()),
             }
-            if base is not None and label != baseline and base.n == r.n:
-                paired = paired_comparison(r.scores, base.scores)
-                row.update(delta=paired.diff, delta_low=paired.low, delta_high=paired.high, p_value=paired.p_value)
+            if base is not None and label != baseline and r.n_scored:
+                mine, theirs = r.scores_by_key(), base.scores_by_key()
+                common = [k for k in mine if k in theirs]
+                if common:
+                    paired = paired_comparison([mine[k] for k in common], [theirs[k] for k in common])
+                    row.update(delta=paired.diff, delta_low=paired.low, delta_high=paired.high,
+                               p_value=paired.p_value, paired_n=len(common))
             rows.append(row)
         for label, err in result.errors.get(dataset, {}).items():
             rows.append({"dataset": dataset, "method": label, "error": err})
     return rows
 
 
+_HEADER = ["method", "n", "acc % [95% CI]", "Δ pts", "tok/item", "time"]
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 100:
+        return f"{seconds:.0f}s"
+    if seconds < 6000:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
 def _fmt_row(row: dict[str, Any], baseline: str | None) -> list[str]:
     if "error" in row:
-        return [row["method"], "FAILED", "", "", "", "", row["error"][:60]]
-    acc = f"{row['accuracy']:.1%} [{row['ci_low']:.1%}, {row['ci_high']:.1%}]"
+        return [row["method"], "-", "FAILED (could not run)", "", "", ""]
+    n = str(row["n"]) + (f" +{row['failed']}✗" if row["failed"] else "")
+    if row["accuracy"] is None:
+        return [row["method"], n, "FAILED (every item)", "", "", ""]
+    acc = f"{100 * row['accuracy']:.1f} [{100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f}]"
     if row["method"] == baseline:
         delta = "(baseline)"
     elif row["delta"] is None:
         delta = "-"
     else:
-        delta = f"{row['delta']:+.1%} (p={row['p_value']:.3f})"
-    failed = f"{row['failed']} failed" if row["failed"] else ""
-    return [row["method"], f"{row['n']}", acc, delta, f"{row['tokens_per_item']:.0f}",
-            f"{row['calls_per_item']:.1f}", f"{row['wall_time']:.0f}s {failed}".strip()]
+        delta = f"{100 * row['delta']:+.1f} (p={row['p_value']:.2f})"
+    time_ = _duration(row["wall_time"]) + ("*" if row.get("reused_time") else "")
+    return [row["method"], n, acc, delta, f"{row['tokens_per_item']:,.0f}", time_]
 
 
-_HEADER = ["method", "n", "accuracy ± 95% CI", "Δ vs baseline (paired p)", "tokens/item", "calls/item", "time"]
+def legend(result: ComparisonResult) -> str:
+    """What the columns mean, printed under each table."""
+    rows = [r for r in result.rows if "error" not in r]
+    text = (f"n: scored items; acc: % with Wilson 95% CI; Δ: points vs {result.spec.baseline} on the items both "
+            "scored (exact McNemar p); tok/item: prompt+completion tokens per scored item, cache hits at their "
+            "original cost")
+    if any(r["failed"] for r in rows):
+        text += "; +N✗: items that failed (LM errors), left out of accuracy and tokens"
+    if any(r.get("reused_time") for r in rows):
+        text += "; time*: includes results reused from an earlier run"
+    return text + "."
 
 
 def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
-    """One line per method with its tokens per item by role and the mean of its per-item stats
-    (e.g. FOR's rounds used, ProRefine's steps used and refined share)."""
+    """One line per method with its unparsed count, tokens per item by role and the mean of its per-item
+    stats (e.g. FOR's rounds used, ProRefine's steps used and refined share)."""
     lines = []
     for row in result.rows:
-        if row["dataset"] != dataset or "error" in row:
+        if row["dataset"] != dataset or "error" in row or row["accuracy"] is None:
             continue
         roles = row.get("tokens_per_item_by_role") or {}
         line = f"{row['method']}: tokens/item by role: " + " · ".join(
             f"{name} {value:,.0f}" for name, value in sorted(roles.items()))
+        line += f"; calls/item {row['calls_per_item']:.1f}"
+        if row["unparsed"]:
+            line += f"; unparsed {row['unparsed']} (scored wrong)"
         stats = row.get("stats") or {}
         if stats:
             line += "; mean " + ", ".join(f"{key} {value:.2f}" for key, value in sorted(stats.items()))
         lines.append(line)
+    return lines
+
+
+def error_lines(result: ComparisonResult) -> list[str]:
+    """Each distinct error once, with how many items (or methods) it failed."""
+    lines = [f"{count} item(s) failed: {error}" for error, count in result.item_errors().most_common()]
+    for dataset, errs in result.errors.items():
+        lines.extend(f"{label} on {dataset} could not run: {err}" for label, err in errs.items())
     return lines
 
 
@@ -81,25 +124,26 @@ def table_text(result: ComparisonResult) -> str:
         out.append(f"== {dataset} ==")
         out.append("  ".join(h.ljust(w) for h, w in zip(_HEADER, widths, strict=True)))
         out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+        out.append(legend(result))
         out.extend(detail_lines(result, dataset))
+    out.extend(error_lines(result))
     return "\n".join(out)
 
 
 def rich_tables(result: ComparisonResult) -> list[Any]:
+    from rich import box
     from rich.table import Table
 
     tables = []
     for dataset in result.results:
-        t = Table(title=f"{dataset} — baseline: {result.spec.baseline}")
+        t = Table(title=f"{dataset} — baseline: {result.spec.baseline}", box=box.SIMPLE_HEAD, padding=(0, 1))
         for h in _HEADER:
-            t.add_column(h, justify="left" if h == "method" else "right")
+            t.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
         for r in result.rows:
             if r["dataset"] == dataset:
                 t.add_row(*_fmt_row(r, result.spec.baseline))
-        details = detail_lines(result, dataset)
-        if details:
-            t.caption = "\n".join(details)
-            t.caption_justify = "left"
+        t.caption = "\n".join([legend(result), *detail_lines(result, dataset)])
+        t.caption_justify = "left"
         tables.append(t)
     return tables
 
@@ -218,6 +262,8 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
             continue
         fig, ax = plt.subplots(figsize=(6, 4))
         for label, r in by_label.items():
+            if not r.n_scored:  # nothing measured: no point on the plot
+                continue
             acc, lo, hi = mean_with_ci(r.scores)
             ax.errorbar([r.tokens_per_item], [acc], yerr=[[max(0.0, acc - lo)], [max(0.0, hi - acc)]], fmt="o",
                         capsize=4, label=label)
@@ -230,9 +276,9 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
         figs[f"frontier_{dataset}.png"] = fig
         metric = metric_for(dataset)
         for label, r in by_label.items():
-            if not any(i.answers_by_round for i in r.items):
+            if not any(i.answers_by_round for i in r.scored):
                 continue
-            acc = round_accuracy(r.items, metric)
+            acc = round_accuracy(r.scored, metric)
             fig2, ax2 = plt.subplots(figsize=(5, 3.5))
             xs = list(range(len(acc)))
             yerr = [[max(0.0, a - lo) for a, lo, _ in acc], [max(0.0, hi - a) for a, _, hi in acc]]

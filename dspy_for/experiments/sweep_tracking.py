@@ -12,33 +12,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments import tracking
+from dspy_for.secrets import hide_password
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.sweeps import SweepSpec
+    from dspy_for.experiments.sweep_spec import SweepSpec
 
 __all__ = ["finish_parent", "hide_password", "log_trial", "start_parent"]
 
 
-def hide_password(url: str | None) -> str | None:
-    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db`` (URLs go to MLflow params)."""
-    import re
-
-    return None if url is None else re.sub(r"(://[^/@:]*:)[^/]*@", r"\1***@", url)
-
-
 def _client(spec: SweepSpec) -> tuple[Any, str]:
+    import mlflow
     from mlflow.tracking import MlflowClient
 
-    exp_id = tracking.setup_tracking(spec.tracking_uri, spec.experiment)
-    import mlflow
-
-    return MlflowClient(mlflow.get_tracking_uri()), exp_id
+    tracking.setup_tracking(spec.tracking_uri, spec.experiment)
+    return MlflowClient(mlflow.get_tracking_uri()), tracking.experiment_id(spec.experiment)
 
 
 def start_parent(spec: SweepSpec) -> str:
     """The study's parent run: reused when the study is resumed (same study name and storage)."""
-    from dataclasses import asdict
-
     client, exp_id = _client(spec)
     found = client.search_runs([exp_id], filter_string=f"tags.`dspy_for.study` = '{spec.study}' "
                                f"and tags.`dspy_for.kind` = 'sweep'", max_results=1)
@@ -48,7 +39,7 @@ def start_parent(spec: SweepSpec) -> str:
         return run_id
     run = client.create_run(exp_id, run_name=f"sweep-{spec.study}",
                             tags={"dspy_for.kind": "sweep", "dspy_for.study": spec.study})
-    config = asdict(spec)
+    config = spec.to_dict()
     for key in ("storage", "tracking_uri"):
         config[key] = hide_password(config[key])
     params = tracking.safe_params({"sweep": config, **tracking.environment_params()})
@@ -78,8 +69,8 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
         client.log_metric(rid, "accuracy", trial.values[0])
         if len(trial.values) > 1:
             client.log_metric(rid, "objective_tokens_per_item", trial.values[1])
-    for key in ("tokens_per_item", "spent_tokens", "cached_tokens", "calls", "n_items", "compile_tokens",
-                "compile_calls"):
+    for key in ("tokens_per_item", "spent_tokens", "cached_tokens", "calls", "n_items", "n_failed", "n_unparsed",
+                "compile_tokens", "compile_calls"):
         if key in trial.user_attrs:
             client.log_metric(rid, key, float(trial.user_attrs[key]))
     if error:
@@ -87,7 +78,8 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
     client.set_terminated(rid, status="FAILED" if trial.state.name == "FAIL" else "FINISHED")
 
 
-def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_test: dict[str, Any] | None) -> None:
+def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_test: dict[str, Any] | None,
+                  status: str = "FINISHED") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,9 +92,16 @@ def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     best = study.best_trials if complete else []
     best_numbers = {t.number for t in best}
+    best_runs = []
     for run in client.search_runs([exp_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'"):
         if run.data.tags.get("dspy_for.trial", "").isdigit() and int(run.data.tags["dspy_for.trial"]) in best_numbers:
             client.set_tag(run.info.run_id, "dspy_for.best", "true")
+            best_runs.append((int(run.data.tags["dspy_for.trial"]), run.info.run_id))
+    if best_runs:  # one click from the study's run to its best trial(s): a tag and links in its description
+        client.set_tag(parent_run_id, "dspy_for.best_trial_run_id", sorted(best_runs)[0][1])
+        links = "\n".join(f"- [trial {n}](#/experiments/{exp_id}/runs/{rid})" for n, rid in sorted(best_runs))
+        client.set_tag(parent_run_id, "mlflow.note.content", f"**Best trial{'s' if len(best_runs) > 1 else ''}**\n"
+                       f"{links}")
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] = counts.get(t.state.name, 0) + 1
@@ -113,7 +112,8 @@ def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_
         for k, v in tracking.safe_params({"best": best[0].params}).items():
             client.set_tag(parent_run_id, k, v)
     if final_test:
-        for k in ("accuracy", "ci_low", "ci_high", "tokens_per_item"):
+        keys = ("accuracy", "ci_low", "ci_high", "tokens_per_item") if final_test["n"] else ()
+        for k in (*keys, "n", "failed", "unparsed"):
             client.log_metric(parent_run_id, f"final_test.{k}", float(final_test[k]))
     figures = {}
     vis = optuna.visualization.matplotlib
@@ -134,7 +134,7 @@ def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_
             path = Path(tmp) / name
             fig.savefig(path, dpi=110, bbox_inches="tight")
             client.log_artifact(parent_run_id, str(path))
-    client.set_terminated(parent_run_id, status="FINISHED")
+    client.set_terminated(parent_run_id, status=status)
 
 
 class _quiet:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -21,7 +20,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
+from dspy_for.secrets import is_secret_key, redact
+
 __all__ = [
+    "autolog",
     "default_tracking_uri",
     "environment_params",
     "log_figure",
@@ -33,8 +37,6 @@ __all__ = [
     "setup_tracking",
 ]
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|bearer|credential)", re.I)
-_SECRET_VALUE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|(?:hf|ghp|gho|xox[bap])_[A-Za-z0-9]{8,}|AKIA[0-9A-Z]{12,})")
 _MAX_PARAM = 6000
 
 
@@ -42,35 +44,48 @@ def default_tracking_uri(root: str | os.PathLike[str] = ".") -> str:
     return f"sqlite:///{Path(root, 'mlruns', 'mlflow.db').as_posix()}"
 
 
-def setup_tracking(uri: str | None, experiment: str) -> str:
-    """Point MLflow at ``uri`` (or $MLFLOW_TRACKING_URI, or the default store); return the experiment id."""
+def setup_tracking(uri: str | None, experiment: str) -> Path:
+    """Point MLflow at ``uri`` (or $MLFLOW_TRACKING_URI, or the default store) and experiment ``experiment``;
+    return the directory beside the store where dspy-for keeps its own files (``mlruns/`` by default).
+
+    The store is created (tables, experiment) under a file lock: two first runs at once on a fresh
+    ``mlruns/`` both succeed instead of racing on MLflow's table creation.
+    """
     import mlflow
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
     artifact_root = None
+    root = Path("mlruns")
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):])
-        db.parent.mkdir(parents=True, exist_ok=True)
-        artifact_root = (db.parent / "artifacts").resolve().as_uri()
-    mlflow.set_tracking_uri(uri)
-    found = mlflow.get_experiment_by_name(experiment)
-    if found is not None:
-        exp_id = found.experiment_id
-    else:
-        exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root)
+        root = db.parent
+        artifact_root = (root / "artifacts").resolve().as_uri()
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / ".dspy_for_store.lock")):
+        mlflow.set_tracking_uri(uri)
+        found = mlflow.get_experiment_by_name(experiment)
+        if found is not None:
+            exp_id = found.experiment_id
+        else:
+            exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root)
     mlflow.set_experiment(experiment_id=exp_id)
-    return exp_id
+    return root
 
 
-def _secret_env_values() -> list[str]:
-    return [v for k, v in os.environ.items() if _SECRET_KEY.search(k) and v and len(v) >= 6]
+def experiment_id(experiment: str) -> str:
+    import mlflow
+
+    found = mlflow.get_experiment_by_name(experiment)
+    if found is None:
+        raise RuntimeError(f"experiment {experiment!r} does not exist: call setup_tracking first")
+    return str(found.experiment_id)
 
 
-def redact(text: str) -> str:
-    """Mask secret-looking substrings and the values of secret environment variables."""
-    for value in _secret_env_values():
-        text = text.replace(value, "***")
-    return _SECRET_VALUE.sub("***", text)
+def autolog() -> None:
+    """DSPy autologging into MLflow traces (``--autolog``); trace text is masked by :func:`redact`."""
+    import mlflow
+
+    mlflow.dspy.autolog()
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
@@ -86,7 +101,7 @@ def safe_params(d: Mapping[str, Any]) -> dict[str, str]:
     """Flatten, drop secret keys, mask secret values, and truncate to MLflow's param limit."""
     out = {}
     for key, value in _flatten(d):
-        if _SECRET_KEY.search(key.rsplit(".", 1)[-1]):
+        if is_secret_key(key.rsplit(".", 1)[-1]):
             continue
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         out[key[:250]] = redact(text)[:_MAX_PARAM]

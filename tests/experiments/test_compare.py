@@ -6,7 +6,7 @@ from pathlib import Path
 import dspy
 import pytest
 
-import dspy_for.experiments.comparison as compare_mod
+import dspy_for.experiments.run as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.report import table_text
@@ -59,7 +59,7 @@ def scripted(monkeypatch, tmp_path):
         built.append((spec, options))
         return lm
 
-    monkeypatch.setattr(compare_mod, "make_lm", fake_make_lm)
+    monkeypatch.setattr(run_mod, "make_lm", fake_make_lm)
     monkeypatch.chdir(tmp_path)
     return lm
 
@@ -112,7 +112,7 @@ def test_rerun_makes_no_new_lm_calls_and_gives_the_same_table(scripted, tmp_path
     calls = len(scripted.calls)
     second = compare(_write(tmp_path), tracking_uri=uri)
     assert len(scripted.calls) == calls
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_time"} for r in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("wall_time", "reused_time")} for r in rows]  # noqa: E731
     assert strip(first.rows) == strip(second.rows)
 
 
@@ -186,14 +186,14 @@ def test_an_edited_role_prompt_does_not_reuse_stored_results(scripted, tmp_path,
 def test_one_failing_method_leaves_the_others_logged(scripted, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    real_build = compare_mod.build_method
+    real_build = run_mod.build_method
 
     def build(name, *a, **k):
         if name == "single":
             raise RuntimeError("boom")
         return real_build(name, *a, **k)
 
-    monkeypatch.setattr(compare_mod, "build_method", build)
+    monkeypatch.setattr(run_mod, "build_method", build)
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     result = compare(_write(tmp_path), tracking_uri=uri)
     assert "boom" in result.errors["gsm8k"]["single"] and set(result.results["gsm8k"]) == {"cot", "for_n1"}

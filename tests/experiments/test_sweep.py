@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-import dspy_for.lm as lm_pkg
+import dspy_for.experiments.run as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.sweeps import load_sweep_spec, sweep
 from dspy_for.testing import ScriptedLM, system_text
@@ -44,7 +44,7 @@ def responder(messages, max_tokens):
 @pytest.fixture
 def fake_lm(monkeypatch, tmp_path):
     lm = ScriptedLM(responder)
-    monkeypatch.setattr(lm_pkg, "make_lm", lambda spec, **o: lm)
+    monkeypatch.setattr(run_mod, "make_lm", lambda spec, **o: lm)
     monkeypatch.chdir(tmp_path)
     return lm
 
@@ -63,8 +63,8 @@ def test_six_trial_study_with_pruning_and_nested_mlflow_runs(fake_lm, tmp_path, 
     # make trials with host=false hopeless after the first chunk so the median pruner stops them
     real = sw.default_objective
 
-    def objective(spec, parent=None):
-        inner = real(spec, parent)
+    def objective(spec, parent=None, deadline=None):
+        inner = real(spec, parent, deadline)
 
         def wrapped(trial):
             if trial.number >= 2 and not trial.params.get("host", trial.suggest_categorical("host", [True, False])):
@@ -130,7 +130,7 @@ def test_repeated_configurations_cost_no_new_calls_with_the_cache(tmp_path, monk
     monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="",
                                              memory_max_entries=100_000))
     lm = ScriptedLM(responder, cache=True)
-    monkeypatch.setattr(lm_pkg, "make_lm", lambda spec, **o: lm)
+    monkeypatch.setattr(run_mod, "make_lm", lambda spec, **o: lm)
     monkeypatch.chdir(tmp_path)
     extra = ""
     p = tmp_path / "c.toml"
@@ -178,12 +178,13 @@ def test_enqueued_baselines_run_first_and_once(fake_lm, tmp_path):
 
 
 def test_temperature_goes_to_the_lms_unless_the_method_owns_it():
-    from dspy_for.experiments.sweeps import _lm_temperature
+    from dspy_for.experiments.methods import get_method
 
-    options = {"rounds": 2, "temperature": 0.7}
-    assert _lm_temperature("for", options) == 0.7 and options == {"rounds": 2}
-    options = {"k": 5, "temperature": 0.9}  # self-consistency samples at its own temperature
-    assert _lm_temperature("self_consistency", options) == 0.0 and options == {"k": 5, "temperature": 0.9}
+    own, temperature = get_method("for").split_options({"rounds": 2, "temperature": 0.7})
+    assert temperature == 0.7 and own == {"rounds": 2}
+    # self-consistency samples at its own temperature; its LMs keep the default (0)
+    own, temperature = get_method("self_consistency").split_options({"k": 5, "temperature": 0.9})
+    assert temperature is None and own == {"k": 5, "temperature": 0.9}
 
 
 def test_storage_password_never_reaches_mlflow(fake_lm, tmp_path, monkeypatch):
@@ -290,7 +291,7 @@ def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tm
         return {f: "GOOD: show every step." for f in fields}  # gradient / optimizer roles
 
     lm = ScriptedLM(respond)
-    monkeypatch.setattr(lm_pkg, "make_lm", lambda spec, **o: lm)
+    monkeypatch.setattr(run_mod, "make_lm", lambda spec, **o: lm)
     monkeypatch.chdir(tmp_path)
     cfg = tmp_path / "tg.toml"
     cfg.write_text(TEXTGRAD_SWEEP)
@@ -302,8 +303,7 @@ def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tm
     assert two_steps.user_attrs["compile_calls"] > one_step.user_attrs["compile_calls"] > 0
     assert one_step.user_attrs["compile_tokens"] > 0
     lm.calls.clear()
-    monkeypatch.setattr("dspy_for.experiments.sweeps._compile_trial", lambda spec, program, *a: (program, {
-        "tokens": 0.0, "calls": 0.0}))
+    monkeypatch.setattr(run_mod, "_compile", lambda run, compile_dir: (run.program, {"total": {"calls": 0}}))
     cfg.write_text(TEXTGRAD_SWEEP.replace('study = "tg"', 'study = "tg_off"'))
     assert sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db").study.trials[0].value == 0.0
 

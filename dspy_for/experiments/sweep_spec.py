@@ -1,0 +1,184 @@
+"""A sweep's specification: the run core (:class:`~dspy_for.experiments.spec.RunSpec`) plus a search space,
+objectives, sampler, pruner and storage. Parsed and validated — option names and the values at the ends
+of every range — before any trial runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.methods import get_method
+from dspy_for.experiments.search_space import (
+    MethodChoice,
+    SearchSpace,
+    parse_method_choice,
+    parse_search_space,
+)
+from dspy_for.experiments.spec import (
+    DatasetConfig,
+    MethodConfig,
+    RunSpec,
+    apply_overrides,
+    parse_dataset,
+    parse_judge,
+    read_toml,
+)
+from dspy_for.optimizers import COMPILERS
+
+__all__ = ["OBJECTIVES", "SweepSpec", "load_sweep_spec"]
+
+#: what a sweep can optimise: accuracy (maximised) and tokens per item (minimised)
+OBJECTIVES = {"accuracy": "maximize", "tokens_per_item": "minimize"}
+
+
+@dataclass(kw_only=True)
+class SweepSpec(RunSpec):
+    method: str | list[str]  # a list: the method is searched too (e.g. FOR vs ProRefine on one Pareto front)
+    dataset: DatasetConfig
+    search: dict[str, Any]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    objectives: list[str] = field(default_factory=lambda: ["accuracy"])
+    sampler: str = "tpe"
+    pruner: str = "median"
+    n_trials: int = 10
+    chunk_size: int = 4
+    study: str = "dspy-for-sweep"
+    storage: str | None = None
+    experiment: str = "sweeps"
+    test_split: str = "test"
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
+    # compile each trial's program before evaluating it: {kind, trainset, valset, train_limit, val_limit,
+    # optimizer_lm, <optimizer options>}; searched optimizer options live under [search.compile.<option>]
+    compile: dict[str, Any] | None = None
+    #: this many failed trials in a row end the sweep (an endpoint that is down fails every trial)
+    max_consecutive_failures: int = 3
+
+    NOT_RESULTS: ClassVar[tuple[str, ...]] = (*RunSpec.NOT_RESULTS, "storage", "study", "max_consecutive_failures")
+
+    @property
+    def space(self) -> SearchSpace | MethodChoice:
+        if isinstance(self.method, str):
+            return parse_search_space(self.method, self.search, (self.compile or {}).get("kind"))
+        return parse_method_choice(list(self.method), self.search)
+
+    @property
+    def methods(self) -> list[str]:
+        return [self.method] if isinstance(self.method, str) else list(self.method)
+
+    @property
+    def multi(self) -> bool:
+        return len(self.objectives) > 1
+
+    def dataset_configs(self) -> list[DatasetConfig]:
+        return [self.dataset]
+
+    def method_roles(self) -> set[str]:
+        return {r for m in self.methods for r in get_method(m).roles}
+
+    def fixed_for(self, method: str) -> dict[str, Any]:
+        """Options held constant: ``[fixed]`` (one method) or ``[fixed.<method>]`` (several)."""
+        return dict(self.fixed) if isinstance(self.method, str) else dict(self.fixed.get(method, {}))
+
+    def suggest(self, trial: Any) -> tuple[str, dict[str, Any]]:
+        space = self.space
+        if isinstance(space, MethodChoice):
+            return space.suggest(trial)
+        return str(self.method), space.suggest(trial)
+
+    def decode(self, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """A trial's parameters → (method, its options)."""
+        space = self.space
+        if isinstance(space, MethodChoice):
+            return space.decode(params)
+        return str(self.method), dict(params)
+
+    def trial_method(self, params: dict[str, Any], label: str) -> MethodConfig:
+        """The method a trial with ``params`` runs: fixed options + searched ones; searched compile options
+        (``compile.<option>``) go to its compile table."""
+        method, searched = self.decode(params)
+        options = {**self.fixed_for(method), **{k: v for k, v in searched.items() if not k.startswith("compile.")}}
+        compile_cfg = None
+        if self.compile is not None:
+            compile_cfg = {**self.compile, **{k[len("compile."):]: v for k, v in searched.items()
+                                              if k.startswith("compile.")}}
+        return MethodConfig(name=method, label=label, options=options, compile=compile_cfg)
+
+    def validate(self) -> SweepSpec:
+        if not isinstance(self.method, str) and not (
+                isinstance(self.method, list) and all(isinstance(m, str) for m in self.method)):
+            raise ConfigError(f"`method` must be a method name or a list of them, got {self.method!r}.")
+        if self.compile is not None:
+            if not isinstance(self.method, str):
+                raise ConfigError("`compile` works with one `method`; sweep several methods without it.")
+            kind = self.compile.get("kind") if isinstance(self.compile, dict) else self.compile
+            if kind not in COMPILERS:
+                raise ConfigError(f"`compile` needs `kind` = one of {', '.join(COMPILERS)}, got {kind!r}.")
+        space = self.space  # parses and validates the search space (and the method names)
+        if not isinstance(self.method, str):
+            extra = sorted(set(self.fixed) - set(self.methods))
+            if extra or not all(isinstance(v, dict) for v in self.fixed.values()):
+                raise ConfigError("With several methods, `[fixed]` has one table per method, e.g. "
+                                  f"[fixed.{self.methods[0]}]; got `{extra[0] if extra else self.fixed}`.")
+        for m in self.methods:
+            get_method(m).validate_options(self.fixed_for(m))
+        _check_range_ends(self, space)
+        for point in self.enqueue:
+            space.validate_point(point)
+        bad = [o for o in self.objectives if o not in OBJECTIVES]
+        if bad or not self.objectives or self.objectives[0] != "accuracy" or len(set(self.objectives)) != len(
+                self.objectives):
+            raise ConfigError('`objectives` must be ["accuracy"] or ["accuracy", "tokens_per_item"], '
+                              f"got {self.objectives!r}.")
+        if self.sampler not in ("tpe", "nsga2", "random"):
+            raise ConfigError(f"`sampler` must be 'tpe', 'nsga2' or 'random', got {self.sampler!r}.")
+        if self.pruner not in ("median", "none"):
+            raise ConfigError(f"`pruner` must be 'median' or 'none', got {self.pruner!r}.")
+        for name in ("n_trials", "chunk_size", "max_consecutive_failures"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
+        super().validate()
+        return self
+
+
+def _check_range_ends(spec: SweepSpec, space: SearchSpace | MethodChoice) -> None:
+    """Every value a trial can draw at the ends of a range (and every choice) must be one the method takes:
+    a `rounds` range from -2 would otherwise fail every trial it draws, one by one."""
+    spaces = space.spaces if isinstance(space, MethodChoice) else {str(spec.method): space}
+    for method, s in spaces.items():
+        for p in s.params:
+            if p.name.startswith("compile."):
+                continue
+            values = list(p.choices) if p.type == "categorical" else [p.low, p.high]
+            for v in values:
+                value = int(v) if p.type == "int" and v is not None else v
+                try:
+                    get_method(method).validate_options({**spec.fixed_for(method), p.name: value})
+                except ConfigError as exc:
+                    where = f"[search.{method}.{p.name}]" if isinstance(space, MethodChoice) else f"[search.{p.name}]"
+                    raise ConfigError(f"{where} allows {p.name} = {value!r}, which method `{method}` refuses: "
+                                      f"{exc} Narrow the range.") from None
+
+
+_KEYS = {f.name for f in fields(SweepSpec)}
+
+
+def load_sweep_spec(path: str | Path | SweepSpec | None = None, **overrides: Any) -> SweepSpec:
+    """A sweep config (TOML) or a :class:`SweepSpec` (copied), plus CLI-style overrides (see
+    :func:`~dspy_for.experiments.spec.apply_overrides`) → a validated :class:`SweepSpec`."""
+    if isinstance(path, SweepSpec):
+        spec = path.copy()
+    else:
+        data = read_toml(path, "Sweep config", "experiments/sweep_*.toml") if path is not None else {}
+        unknown = sorted(set(data) - _KEYS)
+        if unknown:
+            raise ConfigError(f"Unknown key `{unknown[0]}` in the sweep config. Allowed: {', '.join(sorted(_KEYS))}.")
+        if "method" not in data or "dataset" not in data:
+            raise ConfigError("A sweep config needs `method` and a `[dataset]` table (name, split, first/limit).")
+        dataset = parse_dataset(data.pop("dataset"), "[dataset]", defaults={"split": "val"})
+        judge = parse_judge(data.pop("judge", None), "the sweep config")
+        spec = SweepSpec(dataset=dataset, judge=judge, **data)
+    apply_overrides(spec, overrides)
+    return spec.validate()

@@ -1,0 +1,51 @@
+"""Masking of secrets in everything dspy-for writes: results files, logs, MLflow params, tags, artifacts
+and traces. API keys come from the environment only; an endpoint may still echo one in an error body, so
+every text is passed through :func:`redact` before it is written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+__all__ = ["hide_password", "is_secret_key", "redact", "redact_obj"]
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|bearer|credential)", re.I)
+_SECRET_VALUE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|(?:hf|ghp|gho|xox[bap])_[A-Za-z0-9]{8,}|AKIA[0-9A-Z]{12,})")
+_BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\"]{6,}")
+_USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "tokens"}
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether an option or parameter name looks like it holds a secret (``api_key``, ``token``, ...)."""
+    return bool(_SECRET_KEY.search(name)) and name not in _USAGE_KEYS and not name.endswith("_tokens")
+
+
+def _secret_env_values() -> list[str]:
+    return [v for k, v in os.environ.items() if _SECRET_KEY.search(k) and v and len(v) >= 6]
+
+
+def redact(text: str) -> str:
+    """Mask secret-looking substrings (``sk-…`` keys, bearer tokens) and the values of secret environment
+    variables (``*_API_KEY``, ``*_TOKEN``, …) in ``text``."""
+    for value in _secret_env_values():
+        text = text.replace(value, "***")
+    text = _BEARER.sub(r"\1***", text)
+    return _SECRET_VALUE.sub("***", text)
+
+
+def redact_obj(value: Any) -> Any:
+    """:func:`redact` applied to every string inside a JSON-like value (dicts, lists, tuples)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_obj(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_obj(v) for v in value]
+    return value
+
+
+def hide_password(url: str | None) -> str | None:
+    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db`` (URLs go to params and errors)."""
+    return None if url is None else re.sub(r"(://[^/@:]*:)[^/]*@", r"\1***@", url)
