@@ -9,6 +9,7 @@ those results stop being reused and every stored measurement silently re-runs.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,38 @@ FINGERPRINTS = [
 def test_prompts_of_shipped_methods_are_unchanged(method, options, signature, expected):
     program = build_method(method, signature, **json.loads(options))
     assert prompts_fingerprint(program) == expected
+
+
+# The committed per-item results of experiments/prorefine_measure.toml, as the run path names them: a change to
+# the result key, the prompts or the options would leave them unused (and re-run every stored measurement).
+COMMITTED = {
+    (None, "gsm8k"): ["cot.cce44f2b12be", "prorefine_none.6ebf899ed4f0", "prorefine_llm.b2bc630d04b5",
+                      "prorefine_oracle.ed9551a1d94b"],
+    (None, "bbh_object_counting"): ["cot.952c873d23ec", "prorefine_none.b90f4bec000b",
+                                    "prorefine_llm.66e40d15d782", "prorefine_oracle.b52b257d9545"],
+    ("task=local/qwen2.5-coder-1.5b", "gsm8k"): ["cot.477921c76af1", "prorefine_none.82908563f66b",
+                                                 "prorefine_llm.37a0b6187a1e", "prorefine_oracle.bda3dfdf0710"],
+    ("task=local/qwen2.5-coder-1.5b", "bbh_object_counting"): [
+        "cot.5cf9893bfb15", "prorefine_none.5dc96f502fcf", "prorefine_llm.555f46cc4283",
+        "prorefine_oracle.6d5d571981f5"],
+}
+
+
+@pytest.mark.parametrize(("role_lm", "dataset"), list(COMMITTED))
+def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
+    from dspy_for.datasets import signature_for
+    from dspy_for.experiments.methods import get_method
+    from dspy_for.experiments.records import ResultStore
+    from dspy_for.experiments.spec import load_spec
+
+    root = Path(__file__).resolve().parents[2]
+    spec = load_spec(root / "experiments/prorefine_measure.toml", role_lms=[role_lm] if role_lm else None)
+    d = next(x for x in spec.datasets if x.name == dataset)
+    names = []
+    for m in spec.methods:
+        program = build_method(m.name, signature_for(d.name), **m.options)  # no LM: prompts only
+        names.append(f"{m.label}.{spec.item_key(d, m, m.options, get_method(m.name).roles, prompts_fingerprint(program))}")
+    assert names == COMMITTED[(role_lm, dataset)]
+    for name in names:
+        path = root / "experiments/results/prorefine" / dataset / "val" / f"{name}.jsonl"
+        assert len(ResultStore(path).load()) >= 28  # 30 or 50 items, less any stored as failed
