@@ -2,8 +2,8 @@
 
 :class:`ScriptedLM` answers each call with a function of the messages, like a real LM behind DSPy's
 adapters: it reports token usage (whitespace words), honours ``max_tokens`` (truncating and reporting
-``finish_reason="length"``), records every call, and works with :func:`dspy_for.track_usage` and,
-with ``cache=True``, with DSPy's cache.
+``finish_reason="length"``), records every call in ``calls``, and works with
+:func:`dspy_for.track_usage` (which records every LM's calls) and, with ``cache=True``, with DSPy's cache.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from typing import Any
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
-
-from dspy_for.lm.usage import UsageRecordingMixin
 
 __all__ = ["Responder", "ScriptedLM", "system_text", "user_text"]
 
@@ -53,17 +51,20 @@ class _ScriptedEngine(DummyEngine):
             text, finish = " ".join(words[:max_tokens]), "length"
             words = words[:max_tokens]
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
-        return Response(id=None, model="scripted", message=Message.assistant([TextPart(text)]),
-                        finish_reason=finish,
-                        usage=Usage(input_tokens=prompt_tokens, output_tokens=len(words),
-                                    total_tokens=prompt_tokens + len(words)))
+        return Response(
+            id=None,
+            model="scripted",
+            message=Message.assistant([TextPart(text)]),
+            finish_reason=finish,
+            usage=Usage(input_tokens=prompt_tokens, output_tokens=len(words), total_tokens=prompt_tokens + len(words)),
+        )
 
 
 class _AsyncScriptedEngine(AsyncDummyEngine):
     complete_legacy = None
 
 
-class ScriptedLM(UsageRecordingMixin, DummyLM):
+class ScriptedLM(DummyLM):
     """A deterministic LM driven by ``responder(messages, max_tokens)``.
 
     Example::

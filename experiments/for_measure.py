@@ -14,13 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-import dspy
-
-from dspy_for import make_lm
-from dspy_for.datasets import load_dataset
-from dspy_for.experiments.methods import build_method
+from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, ResultStore, evaluate, prepare_run
 from dspy_for.experiments.report import debate_diagnostics, round_scores
-from dspy_for.experiments.runner import evaluate_method
 from dspy_for.metrics import numeric_match
 from dspy_for.stats import mean_with_ci, paired_comparison
 
@@ -38,31 +33,37 @@ def main() -> None:
     args = ap.parse_args()
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    examples = load_dataset(args.dataset, args.split, data_dir=args.data_dir)[: args.first]
-    lm = make_lm(args.lm, max_tokens=args.max_tokens)
-    dspy.configure(lm=lm)
-    sig = "question -> answer: float"
     guard = args.guard == "on"
     suffix = "" if guard else "_noguard"
-    runs = {
-        "single": build_method("single", sig),
-        "cot": build_method("cot", sig),
-        f"for_n3_host{suffix}": build_method("for", sig, rounds=3, host=True, guard=guard),
-        f"for_n1_host{suffix}": build_method("for", sig, rounds=1, host=True, guard=guard),
-    }
+    # the run path compare uses: one spec, prepare_run, evaluate into a resumable results file per method
+    dataset = DatasetConfig(args.dataset, args.split, first=args.first, data_dir=args.data_dir)
+    spec = ExperimentSpec(lm=args.lm, max_tokens=args.max_tokens, datasets=[dataset], methods=[
+        MethodConfig("single"), MethodConfig("cot"),
+        MethodConfig("for", f"for_n3_host{suffix}", {"rounds": 3, "host": True, "guard": guard}),
+        MethodConfig("for", f"for_n1_host{suffix}", {"rounds": 1, "host": True, "guard": guard}),
+    ]).validate()
+    examples = None
+    results = {}
+    for m in spec.methods:
+        run = prepare_run(spec, dataset, m, examples=examples)
+        examples = run.examples
+        store = ResultStore(out / f"{m.label}.jsonl")
+        with store.exclusive():
+            results[m.label] = evaluate(run, store=store)
+        if results[m.label].n_failed:
+            raise SystemExit(f"{m.label}: {results[m.label].n_failed} item(s) failed "
+                             f"({results[m.label].error_counts().most_common(1)}); run again to retry them.")
     rows = []
     diagnostics = {}
-    for label, program in runs.items():
-        r = evaluate_method(program, examples, metric=numeric_match, results_path=out / f"{label}.jsonl", desc=label)
+    for label, r in results.items():
         acc, lo, hi = mean_with_ci(r.scores)
         rows.append({"method": label, "n": r.n, "acc": acc, "lo": lo, "hi": hi,
                      "tokens_per_item": r.tokens_per_item, "calls_per_item": r.calls_per_item,
                      "failed": r.n_failed, **{f"mean_{k}": v for k, v in r.stats_mean.items()}})
         rows[-1]["scores"] = r.scores
         if label.startswith("for_n3"):
-            diagnostics = debate_diagnostics(r.items, numeric_match)
-            for k, scores in enumerate(round_scores(r.items, numeric_match, rounds=4)):  # A_0..A_3
+            diagnostics = debate_diagnostics(r.scored, numeric_match)
+            for k, scores in enumerate(round_scores(r.scored, numeric_match, rounds=4)):  # A_0..A_3
                 acc, lo2, hi2 = mean_with_ci(scores)
                 rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": acc, "lo": lo2,
                              "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed,
@@ -75,7 +76,7 @@ def main() -> None:
                 row[f"vs_{base}"] = {"diff": c.diff, "lo": c.low, "high": c.high, "p": c.p_value}
     (out / f"summary{suffix}.json").write_text(json.dumps({"rows": rows, "debate": diagnostics}, indent=2))
     _plot(rows, out / f"accuracy{suffix}.png",
-          title=f"{args.dataset} {args.split} first {len(examples)}, {args.lm}, guard {args.guard}")
+          title=f"{args.dataset} {args.split} first {len(examples or [])}, {args.lm}, guard {args.guard}")
     print(f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s} "
           f"{'vs single (p)':>15s} {'vs CoT (p)':>15s}")
     for row in rows:

@@ -1,15 +1,47 @@
-"""DSPy internals dspy-for relies on, behind one small surface (DSPy 3.4.x).
+"""DSPy internals dspy-for relies on, behind one small surface (DSPy >=3.4.1,<3.5).
 
 - :func:`call_with_messages`: call an LM with adapter-formatted ``messages=`` through the adapter's own
   door (``dspy.clients._deprecation.adapter_message_call``), so DSPy 3.4 does not warn that the
   ``messages=`` path is deprecated. ProRefine needs it to send a step in the final answer's exact format.
+- :class:`UsageKeepingCache`: DSPy's ``dspy.clients.cache.Cache`` whose private
+  ``_prepare_cached_response`` (which clears ``usage`` on a hit) also stamps the original call's usage
+  on the returned copy, read back with :func:`original_usage`. So a cache hit can report what the
+  original call cost.
+- :func:`find_history_entry`: the history entry DSPy's ``finalize`` appended to ``lm.history`` for one
+  call, found by the identity of the outputs the call returned (entry keys ``outputs``/``response``/``usage``).
+
+:func:`check_supported` fails loudly, naming the supported range, when the installed DSPy lacks any of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["call_with_messages"]
+import dspy
+from dspy.clients.cache import Cache
+from dspy.utils.callback import BaseCallback
+
+__all__ = [
+    "SUPPORTED_DSPY",
+    "UnsupportedDSPyError",
+    "UsageKeepingCache",
+    "call_with_messages",
+    "check_supported",
+    "find_history_entry",
+    "original_usage",
+]
+
+#: the DSPy versions dspy-for is tested with (pyproject's pin)
+SUPPORTED_DSPY = ">=3.4.1,<3.5"
+
+_ORIGINAL_USAGE_ATTR = "_dspy_for_original_usage"
+_HISTORY_SCAN = 512  # recent entries scanned first (threads append concurrently); then the whole history
+
+
+class UnsupportedDSPyError(RuntimeError):
+    """The installed DSPy lacks an internal API dspy-for relies on."""
 
 
 def call_with_messages(lm: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
@@ -20,3 +52,84 @@ def call_with_messages(lm: Any, messages: list[dict[str, Any]], **kwargs: Any) -
         return lm(messages=messages, **kwargs)
     with adapter_message_call(lm, messages):
         return lm(messages=messages, **kwargs)
+
+
+def _plain_usage(usage: Any) -> dict[str, Any] | None:
+    """``{"prompt_tokens", "completion_tokens", "total_tokens"}`` of a provider usage object, if it has any."""
+    if not usage:
+        return None
+    out: dict[str, Any] = {}
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens", "output_tokens"):
+        val = usage.get(key) if isinstance(usage, Mapping) else getattr(usage, key, None)
+        if isinstance(val, int | float) and not isinstance(val, bool):
+            out[key] = int(val)
+    return out or None
+
+
+class UsageKeepingCache(Cache):
+    """DSPy's cache; a hit also carries the original call's usage (``original_usage(response)``).
+
+    DSPy clears ``usage`` on the copy it returns for a hit (``Cache._prepare_cached_response``), because
+    no tokens were billed. The stored response still has it, so the copy is stamped with it before
+    DSPy clears it. Responses DSPy stores as plain records (its native lm15 path) keep their usage in
+    the stored ``Response`` and need no stamp.
+    """
+
+    def _prepare_cached_response(self, response: Any) -> Any:
+        original = _plain_usage(getattr(response, "usage", None)) if hasattr(response, "usage") else None
+        prepared = super()._prepare_cached_response(response)
+        if original is not None and prepared is not None:
+            # like DSPy's own ``cache_hit`` marker: strict pydantic models reject undeclared attributes
+            with contextlib.suppress(AttributeError, TypeError):
+                object.__setattr__(prepared, _ORIGINAL_USAGE_ATTR, original)
+        return prepared
+
+
+def original_usage(response: Any) -> dict[str, Any] | None:
+    """The usage a cached response had when it was stored (stamped by :class:`UsageKeepingCache`)."""
+    if response is None:
+        return None
+    usage = getattr(response, _ORIGINAL_USAGE_ATTR, None)
+    return dict(usage) if isinstance(usage, Mapping) else None
+
+
+def find_history_entry(lm: Any, outputs: Any) -> dict[str, Any] | None:
+    """The ``lm.history`` entry of the call that returned ``outputs`` (matched by identity), or None.
+
+    DSPy appends one entry per call (``dspy.clients.execution.finalize``) whose ``outputs`` is the very
+    list the call returns (``response`` for a typed ``Request`` call). Threads sharing one LM append
+    concurrently, so identity, not position, finds the entry. None when history is disabled.
+    """
+    if outputs is None:
+        return None
+    history = getattr(lm, "history", None)
+    if not isinstance(history, list) or not history:
+        return None
+    recent = history[-_HISTORY_SCAN:]  # a slice copy is atomic under the GIL
+    for candidates in (recent, list(history) if len(history) > _HISTORY_SCAN else []):
+        for entry in reversed(candidates):
+            if isinstance(entry, dict) and (entry.get("outputs") is outputs or entry.get("response") is outputs):
+                return entry
+    return None
+
+
+def check_supported() -> None:
+    """Raise :class:`UnsupportedDSPyError` (naming the supported range) if this DSPy lacks what dspy-for uses."""
+    missing: list[str] = []
+    prepare = getattr(Cache, "_prepare_cached_response", None)
+    if not callable(prepare):
+        missing.append("dspy.clients.cache.Cache._prepare_cached_response")
+    for hook in ("on_lm_start", "on_lm_end"):
+        if not callable(getattr(BaseCallback, hook, None)):
+            missing.append(f"dspy.utils.callback.BaseCallback.{hook}")
+    for name in ("context", "settings", "BaseLM"):
+        if not hasattr(dspy, name):
+            missing.append(f"dspy.{name}")
+    if not hasattr(getattr(dspy, "BaseLM", None), "update_history"):
+        missing.append("dspy.BaseLM.update_history")
+    if missing:
+        version = getattr(dspy, "__version__", "unknown")
+        raise UnsupportedDSPyError(
+            f"dspy-for supports DSPy {SUPPORTED_DSPY}, but the installed DSPy {version} lacks "
+            f"{', '.join(f'`{m}`' for m in missing)}. Install a supported version: pip install 'dspy{SUPPORTED_DSPY}'."
+        )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dspy_for.datasets import data_hash
-from dspy_for.experiments import report, tracking
+from dspy_for.experiments import report, tracing, tracking
 from dspy_for.experiments.records import MethodResult, ResultStore
 from dspy_for.experiments.run import PreparedRun, evaluate, prepare_run, with_options
 from dspy_for.experiments.spec import ExperimentSpec, MethodConfig, load_spec
@@ -133,10 +133,12 @@ def _run_one(spec: ExperimentSpec, d: Any, m: MethodConfig, examples: Any, run_d
         run = prepare_run(spec, d, m, examples=examples, compile_dir=items_dir / d.name / d.split)
         examples = run.examples
         _log_run_params(run)
+        tracing.log_dataset(run)
         store = ResultStore(items_dir / d.name / d.split / f"{m.label}.{run.key}.jsonl")
         with store.exclusive():
             res = evaluate(run, store=store)
         _log_result(res, run.compile_usage)
+        tracing.log_item_traces(run, res)
         program_path = run_dir / d.name / f"{m.label}.program.json"
         program_path.parent.mkdir(parents=True, exist_ok=True)
         run.program.save(str(program_path))

@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
-from dspy_for.lm.factory import LM, LocalLM, configure_cache, describe_lm, make_lm, resolve_lm
-from dspy_for.lm.usage import Usage, role, track_usage
+from dspy_for.lm.factory import (
+    LM,
+    LocalLM,
+    check_lm_options,
+    check_lm_spec,
+    configure_cache,
+    describe_lm,
+    make_lm,
+    resolve_lm,
+)
+from dspy_for.lm.usage import CallRecord, Usage, current_role, role, track_usage
 
-__all__ = ["LM", "LocalLM", "Usage", "configure_cache", "describe_lm", "make_lm", "resolve_lm", "role", "track_usage"]
+__all__ = [
+    "LM",
+    "CallRecord",
+    "LocalLM",
+    "Usage",
+    "check_lm_options",
+    "check_lm_spec",
+    "configure_cache",
+    "current_role",
+    "describe_lm",
+    "make_lm",
+    "resolve_lm",
+    "role",
+    "track_usage",
+]

@@ -6,12 +6,18 @@ apart, because comparisons put cost beside accuracy and sweeps measure what the 
 
 How it works:
 
-* :func:`track_usage` opens a collector; every LM call made inside it (also in threads started by
-  ``dspy.Parallel`` / ``dspy.Evaluate``, which copy DSPy's context) is recorded into every open
-  collector, so a module's own per-call usage and an experiment's grand total are both exact.
+* :func:`track_usage` opens a collector and installs one DSPy callback (``dspy.context(callbacks=...)``,
+  which DSPy copies into ``dspy.Parallel`` / ``dspy.Evaluate`` worker threads). Every LM call made
+  inside — by *any* ``dspy.BaseLM``: ``dspy.LM``, custom subclasses, ``make_lm`` LMs, scripted test
+  LMs — is recorded into every open collector, so a module's own per-call usage and an experiment's
+  grand total are both exact.
+* Per call (``on_lm_start`` → ``on_lm_end``, matched by DSPy's per-call id, in the caller's own thread
+  or task, so threads sharing one LM and ``acall`` are exact): the role and collectors in force at the
+  start; the billed usage DSPy reports to ``dspy.settings.usage_tracker`` during the call (a per-call
+  probe; none is reported for a cache hit); and DSPy's history entry for the call (found in
+  ``lm.history`` by the identity of the returned outputs) for the finish reason and, on a cache hit,
+  the original call's tokens (kept by the cache :func:`dspy_for.lm.configure_cache` installs).
 * :func:`role` names the role of the calls made inside it; modules wrap each role predictor call.
-* LMs record calls through :class:`UsageRecordingMixin`. ``dspy_for.make_lm`` returns LMs that have
-  it; :class:`RecordingDummyLM` is the scripted test LM with it.
 
 Example::
 
@@ -22,15 +28,21 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import dspy
+from dspy.utils.callback import BaseCallback
 from dspy.utils.dummies import DummyLM
+
+from dspy_for.compat.dspy import find_history_entry, original_usage
 
 __all__ = [
     "DEFAULT_ROLE",
@@ -39,7 +51,9 @@ __all__ = [
     "RoleUsage",
     "Usage",
     "UsageRecordingMixin",
+    "UsageWarning",
     "current_role",
+    "finish_reason_of",
     "role",
     "track_usage",
 ]
@@ -89,7 +103,7 @@ class RoleUsage:
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One LM call as seen by the usage layer."""
+    """One LM call as seen by the usage layer (``error``: the exception's class name when not ``ok``)."""
 
     role: str
     model: str
@@ -99,6 +113,7 @@ class CallRecord:
     finish_reason: str | None
     wall_time: float
     ok: bool = True
+    error: str | None = None
 
 
 @dataclass
@@ -161,41 +176,95 @@ class Usage:
         return True
 
 
-@contextmanager
-def track_usage() -> Iterator[Usage]:
-    """Collect every LM call made inside the block (and in DSPy worker threads it starts)."""
-    usage = Usage()
-    collectors = (*(dspy.settings.get(_COLLECTORS_KEY) or ()), usage)
-    with dspy.context(**{_COLLECTORS_KEY: collectors}):
-        yield usage
+class UsageWarning(UserWarning):
+    """An LM reports no token usage or no finish reason (issued once per model)."""
 
 
-@contextmanager
-def role(name: str) -> Iterator[None]:
-    """Attribute LM calls made inside the block to role ``name``."""
-    with dspy.context(**{_ROLE_KEY: name}):
-        yield
-
-
-def current_role() -> str:
-    return dspy.settings.get(_ROLE_KEY) or DEFAULT_ROLE
+# ------------------------------------------------------------------------------------ the recorder
 
 
 class _Probe:
-    """Stands in for DSPy's usage tracker during one call: sees billed usage (never cache hits)."""
+    """Stands in for ``dspy.settings.usage_tracker`` during one call: sees billed usage (never cache hits).
+
+    Forwards to the tracker it replaced (e.g. ``dspy.track_usage()``), so DSPy's own accounting is unchanged.
+    """
 
     def __init__(self, parent: Any) -> None:
         self.parent = parent
         self.billed: dict[str, Any] | None = None
-        self.entry: dict[str, Any] | None = None
 
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
-        self.billed = dict(usage_entry or {})
+        usage = dict(usage_entry or {})
+        if self.billed:  # several results (n > 1, or failed attempts): add them up
+            for key in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"):
+                if isinstance(usage.get(key), int) or isinstance(self.billed.get(key), int):
+                    usage[key] = int(usage.get(key) or 0) + int(self.billed.get(key) or 0)
+        self.billed = usage
         if self.parent is not None:
             self.parent.add_usage(lm, usage_entry)
 
     def __bool__(self) -> bool:
         return True
+
+
+@dataclass
+class _Pending:
+    lm: Any
+    role: str
+    collectors: tuple[Usage, ...]
+    probe: _Probe
+    context: AbstractContextManager[None]
+    token: contextvars.Token[str | None]
+    start: float
+
+
+#: the id of the LM call being recorded in this context: LM calls nested inside it are not counted again
+_ACTIVE_CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar("dspy_for_active_lm_call", default=None)
+_warned_models: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+class _UsageRecorder(BaseCallback):
+    """The DSPy callback that records every LM call into the open :func:`track_usage` collectors."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, _Pending] = {}
+        self._lock = threading.Lock()
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        collectors = dspy.settings.get(_COLLECTORS_KEY)
+        if not collectors or _ACTIVE_CALL.get() is not None:
+            return
+        probe = _Probe(dspy.settings.get("usage_tracker"))
+        # DSPy runs on_lm_start, the call and on_lm_end in the caller's context (thread or task): the
+        # probe is visible to this call only and is removed in on_lm_end.
+        context = dspy.context(usage_tracker=probe)
+        context.__enter__()
+        token = _ACTIVE_CALL.set(call_id)
+        pending = _Pending(instance, current_role(), tuple(collectors), probe, context, token, time.perf_counter())
+        with self._lock:
+            self._pending[call_id] = pending
+
+    def on_lm_end(self, call_id: str, outputs: Any | None, exception: BaseException | None = None) -> None:
+        with self._lock:
+            pending = self._pending.pop(call_id, None)
+        if pending is None:
+            return
+        wall = time.perf_counter() - pending.start
+        # on_lm_end runs where on_lm_start ran (DSPy's wrapper calls both around the call), so these resets
+        # cannot fail; if a caller ever drove them apart, recording the call still matters more
+        with contextlib.suppress(ValueError, RuntimeError):
+            _ACTIVE_CALL.reset(pending.token)
+        with contextlib.suppress(ValueError, RuntimeError):
+            pending.context.__exit__(None, None, None)
+        call, missing = _call_record(pending, outputs, exception, wall)
+        for usage in pending.collectors:
+            usage.record(call)
+        if missing:
+            _warn_once(call.model, missing)
+
+
+_RECORDER = _UsageRecorder()
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -204,6 +273,13 @@ def _get(obj: Any, name: str) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
+
+
+def _has_tokens(usage: Any) -> bool:
+    return any(
+        isinstance(_get(usage, k), int | float)
+        for k in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+    )
 
 
 def _tokens(usage: Any) -> tuple[int, int]:
@@ -237,73 +313,101 @@ def finish_reason_of(response: Any) -> str | None:
     return str(getattr(reason, "value", reason))
 
 
-class UsageRecordingMixin:
-    """Mix into a ``dspy.BaseLM`` subclass (first in the MRO) to record every call.
+def _call_record(
+    pending: _Pending, outputs: Any, exception: BaseException | None, wall: float
+) -> tuple[CallRecord, list[str]]:
+    """The record of one finished call, and what the LM failed to report (for the once-per-model warning)."""
+    lm = pending.lm
+    ok = exception is None
+    billed = pending.probe.billed
+    try:
+        entry = find_history_entry(lm, outputs) if ok else None
+    except Exception:  # a history a custom LM keeps in another shape: billed usage only
+        entry = None
+    response = _first_response(entry)
+    # DSPy reports billed usage for every call that was not served from its cache
+    cache_hit = ok and (
+        bool(getattr(response, "cache_hit", False))
+        or (billed is None and (entry is not None or bool(getattr(lm, "cache", False))))
+    )
+    if cache_hit:
+        sources: tuple[Any, ...] = ((entry or {}).get("usage"), original_usage(response), _get(response, "usage"))
+    else:  # the entry's usage is this call's own; billed usage also has that of LM calls nested in it
+        sources = ((entry or {}).get("usage"), billed, _get(response, "usage"))
+    reported = next((s for s in sources if _has_tokens(s)), None)
+    prompt_tokens, completion_tokens = _tokens(reported)
+    finish = finish_reason_of(response)
+    missing: list[str] = []
+    if ok and not cache_hit:
+        if reported is None:
+            missing.append("token usage")
+        if entry is not None and finish is None:
+            missing.append("finish reason")
+    call = CallRecord(
+        role=pending.role,
+        model=str(getattr(lm, "model", None) or type(lm).__name__),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cache_hit=cache_hit,
+        finish_reason=finish,
+        wall_time=wall,
+        ok=ok,
+        error=None if exception is None else type(exception).__name__,
+    )
+    return call, missing
 
-    Recording costs nothing when no :func:`track_usage` block is open.
+
+def _warn_once(model: str, missing: list[str]) -> None:
+    with _warned_lock:
+        if model in _warned_models:
+            return
+        _warned_models.add(model)
+    warnings.warn(
+        f"LM `{model}` reports no {' and no '.join(missing)} for its calls. dspy-for needs them: ProRefine "
+        "stops a step at end-of-sequence only when the LM reports finish_reason='stop', FOR-Prompting's "
+        "`token_budget` counts reported tokens, and the token columns of reports stay 0 without usage. "
+        "Return `usage` (prompt_tokens, completion_tokens) and `finish_reason` from the LM (an OpenAI-shaped "
+        "response, or an lm15 Response from a custom engine). This warning is shown once per model.",
+        UsageWarning,
+        stacklevel=2,
+    )
+
+
+# ------------------------------------------------------------------------------------ public API
+
+
+@contextmanager
+def track_usage() -> Iterator[Usage]:
+    """Collect every LM call made inside the block (and in DSPy worker threads it starts)."""
+    usage = Usage()
+    collectors = (*(dspy.settings.get(_COLLECTORS_KEY) or ()), usage)
+    callbacks = list(dspy.settings.get("callbacks") or [])
+    if not any(cb is _RECORDER for cb in callbacks):
+        callbacks.append(_RECORDER)
+    with dspy.context(**{_COLLECTORS_KEY: collectors, "callbacks": callbacks}):
+        yield usage
+
+
+@contextmanager
+def role(name: str) -> Iterator[None]:
+    """Attribute LM calls made inside the block to role ``name``."""
+    with dspy.context(**{_ROLE_KEY: name}):
+        yield
+
+
+def current_role() -> str:
+    return dspy.settings.get(_ROLE_KEY) or DEFAULT_ROLE
+
+
+class UsageRecordingMixin:
+    """Kept for compatibility: usage is now recorded for every ``dspy.BaseLM`` by :func:`track_usage`.
+
+    Mixing it in changes nothing.
     """
 
-    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        collectors = dspy.settings.get(_COLLECTORS_KEY)
-        if not collectors:
-            return super().__call__(prompt, messages=messages, **kwargs)  # type: ignore[misc]
-        probe = _Probe(dspy.settings.usage_tracker)
-        start = time.perf_counter()
-        ok = False
-        try:
-            with dspy.context(usage_tracker=probe):
-                out = super().__call__(prompt, messages=messages, **kwargs)  # type: ignore[misc]
-            ok = True
-            return out
-        finally:
-            self._record_call(probe, collectors, time.perf_counter() - start, ok)
 
-    async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        collectors = dspy.settings.get(_COLLECTORS_KEY)
-        if not collectors:
-            return await super().acall(prompt, messages=messages, **kwargs)  # type: ignore[misc]
-        probe = _Probe(dspy.settings.usage_tracker)
-        start = time.perf_counter()
-        ok = False
-        try:
-            with dspy.context(usage_tracker=probe):
-                out = await super().acall(prompt, messages=messages, **kwargs)  # type: ignore[misc]
-            ok = True
-            return out
-        finally:
-            self._record_call(probe, collectors, time.perf_counter() - start, ok)
+class RecordingDummyLM(DummyLM):
+    """``dspy.utils.DummyLM`` (every LM's calls are recorded by :func:`track_usage`; the name is kept).
 
-    def update_history(self, entry: dict[str, Any]) -> None:
-        tracker = dspy.settings.usage_tracker
-        if isinstance(tracker, _Probe):
-            tracker.entry = entry
-        super().update_history(entry)  # type: ignore[misc]
-
-    def _record_call(self, probe: _Probe, collectors: tuple[Usage, ...], wall: float, ok: bool) -> None:
-        response = _first_response(probe.entry)
-        cache_hit = ok and probe.billed is None
-        if probe.billed is not None:
-            p, c = _tokens(probe.billed)
-        else:
-            p, c = _tokens((probe.entry or {}).get("usage")) or (0, 0)
-            if (p, c) == (0, 0):
-                p, c = _tokens(_get(response, "usage"))
-        call = CallRecord(
-            role=current_role(),
-            model=str(getattr(self, "model", type(self).__name__)),
-            prompt_tokens=p,
-            completion_tokens=c,
-            cache_hit=cache_hit,
-            finish_reason=finish_reason_of(response),
-            wall_time=wall,
-            ok=ok,
-        )
-        for usage in collectors:
-            usage.record(call)
-
-
-class RecordingDummyLM(UsageRecordingMixin, DummyLM):
-    """``dspy.utils.DummyLM`` that records calls into :func:`track_usage` like a real LM.
-
-    DummyLM reports no token usage, so token counters stay 0; calls, cache hits and roles count.
+    DummyLM reports 0 tokens, so token counters stay 0; calls, cache hits and roles count.
     """

@@ -27,15 +27,26 @@ class SelfConsistency(dspy.Module):
 
     def __init__(self, signature: str | type[dspy.Signature], k: int = 5, temperature: float = 0.7) -> None:
         super().__init__()
-        if not isinstance(k, int) or k < 1:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"`k` must be a positive integer, got {k!r}.")
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature < 0:
+            raise ConfigError(f"`temperature` must be a number >= 0, got {temperature!r}.")
         self.signature = ensure_signature(signature)
         self.k, self.temperature = k, temperature
         self.cot = dspy.ChainOfThought(self.signature)
 
     def forward(self, **kwargs: Any) -> dspy.Prediction:
+        return self._vote([self.cot(**kwargs, config=self._sample(i)) for i in range(self.k)])
+
+    async def aforward(self, **kwargs: Any) -> dspy.Prediction:
+        return self._vote([await self.cot.acall(**kwargs, config=self._sample(i)) for i in range(self.k)])
+
+    def _sample(self, i: int) -> dict[str, Any]:
+        """Sample i's LM config: its own rollout id (its own cache entry) at the sampling temperature."""
+        return {"rollout_id": i, "temperature": self.temperature}
+
+    def _vote(self, samples: list[dspy.Prediction]) -> dspy.Prediction:
         field = next(iter(self.signature.output_fields))
-        samples = [self.cot(**kwargs, config={"rollout_id": i, "temperature": self.temperature}) for i in range(self.k)]
         votes = Counter(_vote_key(s[field]) for s in samples)
         winner, count = votes.most_common(1)[0]
         chosen = next(s for s in samples if _vote_key(s[field]) == winner)

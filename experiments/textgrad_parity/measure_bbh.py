@@ -31,10 +31,10 @@ import dspy
 
 from dspy_for import make_lm
 from dspy_for.datasets import load_dataset
-from dspy_for.lm.usage import role, track_usage
+from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, evaluate, prepare_run
 from dspy_for.metrics import metric_for
 from dspy_for.optimizers import compile_program
-from dspy_for.stats import mean_with_ci, paired_comparison
+from dspy_for.stats import paired_comparison
 
 DATASET = "bbh_object_counting"
 INSTRUCTION = (
@@ -50,14 +50,18 @@ def student() -> dspy.Module:
     return program
 
 
-def score_test(program: dspy.Module, test: list[dspy.Example], metric: Any) -> dict[str, Any]:
-    evaluator = dspy.Evaluate(devset=test, metric=metric, num_threads=1, display_progress=True,
-                              failure_score=0.0, max_errors=len(test) + 1)
-    with track_usage() as usage, role("task"):
-        result = evaluator(program)
-    scores = [float(score) for _, _, score in result.results]
-    mean, low, high = mean_with_ci(scores)
-    return {"scores": scores, "accuracy": mean, "ci": [low, high], "usage": usage.to_dict()}
+def score_test(program: dspy.Module, test: list[dspy.Example], task_lm: dspy.BaseLM) -> dict[str, Any]:
+    """Score ``program`` on ``test`` through the run path ``compare`` uses (an LM failure stops the script
+    instead of being scored 0)."""
+    spec = ExperimentSpec(lm=task_lm, datasets=[DatasetConfig(DATASET, "test")], methods=[MethodConfig("cot")])
+    run = prepare_run(spec.validate(), spec.datasets[0], spec.methods[0], examples=test)
+    run.program = program  # the student (or its compiled version) instead of the registry's plain CoT
+    res = evaluate(run)
+    if res.n_failed:
+        raise SystemExit(f"{res.n_failed} test item(s) failed: {res.error_counts().most_common(1)}; run again.")
+    low, high = res.ci
+    return {"scores": res.scores, "accuracy": res.accuracy, "ci": [low, high], "usage": res.usage.to_dict(),
+            "unparsed": res.n_unparsed}
 
 
 def instructions_of(program: dspy.Module) -> dict[str, str]:
@@ -108,7 +112,7 @@ def main() -> None:
 
     if "cot" not in out:
         t = time.time()
-        out["cot"] = {**score_test(student(), test, metric), "seconds": time.time() - t,
+        out["cot"] = {**score_test(student(), test, task_lm), "seconds": time.time() - t,
                       "instructions": instructions_of(student())}
         save()
     print(f"CoT: {out['cot']['accuracy']:.3f} {out['cot']['ci']}", flush=True)
@@ -131,7 +135,7 @@ def main() -> None:
             program = student()
             program.load(str(path))
             t = time.time()
-            out[kind]["test"] = {**score_test(program, test, metric), "seconds": time.time() - t}
+            out[kind]["test"] = {**score_test(program, test, task_lm), "seconds": time.time() - t}
             save()
 
     print_table(out)

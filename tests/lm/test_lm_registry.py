@@ -26,8 +26,16 @@ def test_unknown_and_not_pulled_models_say_how_to_fix(tmp_path, monkeypatch):
 
 
 def _fake_entry(tmp_path, content: bytes, sha: str | None = None) -> ModelEntry:
-    return ModelEntry(name="fake", file="fake.gguf", bytes=len(content), sha256=sha or hashlib.sha256(content).hexdigest(),
-                      speed_class="", tokens_per_second=0, packages=(), members=())
+    return ModelEntry(
+        name="fake",
+        file="fake.gguf",
+        bytes=len(content),
+        sha256=sha or hashlib.sha256(content).hexdigest(),
+        speed_class="",
+        tokens_per_second=0,
+        packages=(),
+        members=(),
+    )
 
 
 def test_verify_rejects_and_deletes_a_corrupted_file(tmp_path, monkeypatch):

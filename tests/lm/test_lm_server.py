@@ -67,8 +67,12 @@ sys.stdin.readline()
 
 def test_two_processes_share_one_server_and_the_last_stops_it(server_dir):
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, MODEL], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, MODEL], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
     infos = [json.loads(p.stdout.readline()) for p in procs]
     assert infos[0] == infos[1]  # the same server (pid and port) for both
     state = json.loads((server_dir / f"{MODEL}.json").read_text())
@@ -104,8 +108,14 @@ def test_killed_server_is_restarted_on_the_next_call(server_dir):
 
 def test_serve_runs_a_server_the_library_uses_but_never_stops(server_dir):
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    serve = subprocess.Popen([sys.executable, "-m", "dspy_for.cli", "serve", MODEL], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "dspy_for.cli", "serve", MODEL],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         state_path = server_dir / f"{MODEL}.json"
         deadline = time.time() + 120

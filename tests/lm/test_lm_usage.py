@@ -29,8 +29,9 @@ def test_calls_tokens_and_finish_reasons_per_role():
     assert d["defender"]["calls"] == 1 and d["defender"]["completion_tokens"] == 6
     assert d["debater"]["completion_tokens"] == 2 and d["debater"]["prompt_tokens"] == 3
     assert [c.finish_reason for c in usage.calls] == ["stop", "length", "stop"]
-    assert d["total"]["calls"] == 3 and d["total"]["tokens"] == sum(c.prompt_tokens + c.completion_tokens
-                                                                      for c in usage.calls)
+    assert d["total"]["calls"] == 3 and d["total"]["tokens"] == sum(
+        c.prompt_tokens + c.completion_tokens for c in usage.calls
+    )
     assert all(c.wall_time >= 0 and c.ok and not c.cache_hit for c in usage.calls)
     json.dumps(d)  # JSON-serialisable for trajectories, MLflow artifacts and sweep storage
 
