@@ -62,6 +62,9 @@ _KEY_FIX = (
 )
 
 
+_TRANSPORT_KEYS = ("timeout", "num_retries")
+
+
 class _NamespacedCache(UsageKeepingCache):
     """DSPy's cache, with the calling endpoint added to the key (DSPy's own key ignores ``api_base``).
 
@@ -69,6 +72,9 @@ class _NamespacedCache(UsageKeepingCache):
     """
 
     def cache_key(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> str:
+        # how a request travels (timeout, retries) never changes its answer: not part of the key, so a new
+        # default timeout does not turn every cached answer into a miss
+        request = {k: v for k, v in request.items() if k not in _TRANSPORT_KEYS}
         namespace = dspy.settings.get(_CACHE_NS_KEY)
         if namespace:
             request = {**request, "_dspy_for_endpoint": namespace}
