@@ -23,6 +23,7 @@ console = Console()
 LM_HELP = "LM spec for every role: a litellm model string (openai/gpt-4.1-mini) or local/<name>."
 ROLE_LM_HELP = "Per-role LM, ROLE=SPEC (repeatable), e.g. --role-lm debater=local/qwen2.5-coder-0.5b."
 LM_OPTION_HELP = "LM option for every role, KEY=VALUE (repeatable): api_base, timeout (s), num_retries, temperature."
+JUDGE_LM_HELP = "LM that grades every item (judged accuracy; reasoning, coherence, holistic); sets `[judge] lm`."
 ROLE_LM_OPTION_HELP = "LM option for one role, ROLE:KEY=VALUE (repeatable), e.g. host:api_base=http://h:8000/v1."
 
 
@@ -199,6 +200,7 @@ def compare(
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")] = None,
     lm_option: Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)] = None,
     role_lm_option: Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)] = None,
+    judge_lm: Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)] = None,
     match_budget: Annotated[bool | None, typer.Option(
         "--match-budget/--no-match-budget", help="Size self-consistency and Refine to FOR's tokens/item.")] = None,
     autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
@@ -214,7 +216,8 @@ def compare(
     try:
         result = run_compare(config, dataset=dataset, split=split, limit=limit, first=first, methods=methods, lm=lm,
                              role_lms=role_lm or None, lm_options=lm_option or None,
-                             role_lm_options=role_lm_option or None, data_dir=data_dir, tracking_uri=tracking_uri,
+                             role_lm_options=role_lm_option or None, judge_lm=judge_lm, data_dir=data_dir,
+                             tracking_uri=tracking_uri,
                              match_budget=match_budget, autolog=autolog or None, num_threads=threads,
                              results_dir=results_dir)
     except DspyForError as exc:
@@ -246,6 +249,7 @@ def sweep(
     role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
     lm_option: Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)] = None,
     role_lm_option: Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)] = None,
+    judge_lm: Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)] = None,
     data_dir: Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")] = None,
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")] = None,
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
@@ -262,7 +266,8 @@ def sweep(
         result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, n_trials=n_trials,
                            storage=storage, study=study, limit=limit, first=first, lm=lm,
                            role_lms=role_lm or None, lm_options=lm_option or None,
-                           role_lm_options=role_lm_option or None, data_dir=data_dir, tracking_uri=tracking_uri)
+                           role_lm_options=role_lm_option or None, judge_lm=judge_lm, data_dir=data_dir,
+                           tracking_uri=tracking_uri)
     except SweepError as exc:
         _failed_run([str(exc)], "The sweep stopped.")
         return

@@ -20,6 +20,7 @@ from dspy_for.errors import ConfigError
 __all__ = [
     "PairedResult",
     "bootstrap_interval",
+    "cohens_kappa",
     "mcnemar_exact",
     "mean_with_ci",
     "paired_bootstrap",
@@ -143,3 +144,15 @@ def paired_comparison(a: Sequence[float], b: Sequence[float], confidence: float 
     var = ((only_a + only_b) / n - diff * diff) / n
     half = z * math.sqrt(max(var, 0.0))
     return PairedResult(diff, max(-1.0, diff - half), min(1.0, diff + half), mcnemar_exact(a, b), "mcnemar_exact", n)
+
+
+def cohens_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
+    """Cohen's κ of two raters' yes/no labels on the same items (1 = perfect agreement, 0 = chance)."""
+    _check_paired([float(x) for x in a], [float(y) for y in b])
+    n = len(a)
+    if n == 0:
+        return 0.0
+    observed = sum(1 for x, y in zip(a, b, strict=True) if bool(x) == bool(y)) / n
+    pa, pb = sum(map(bool, a)) / n, sum(map(bool, b)) / n
+    expected = pa * pb + (1 - pa) * (1 - pb)
+    return 1.0 if expected == 1 else (observed - expected) / (1 - expected)

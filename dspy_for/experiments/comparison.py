@@ -194,13 +194,22 @@ def _log_result(res: MethodResult, compile_usage: dict[str, Any] | None) -> None
         total = compile_usage.get("total", {})
         metrics["compile.tokens"] = float(total.get("tokens", 0) + total.get("cached_tokens", 0))
         metrics["compile.calls"] = float(total.get("calls", 0))
+    judged = report.judge_summary(res, None)
+    for score in report.JUDGE_SCORES:
+        if score in judged:
+            e = judged[score]
+            metrics.update({score: e["mean"], f"{score}_ci_low": e["low"], f"{score}_ci_high": e["high"]})
+    if judged:
+        metrics.update({"judge.fallbacks": float(judged["fallbacks"]), "tokens_per_item.judge": judged["tokens_per_item"]})
+        if "kappa" in judged:
+            metrics.update({"judge.kappa": judged["kappa"], "judge.agreement": judged["agreement"]})
     if res.n_scored:
         mlflow.log_metrics(metrics)
     else:  # nothing was measured: log the counts, never an accuracy or a token cost
         mlflow.log_metrics({"n": 0.0, "failed_items": float(res.n_failed)})
     rows = [{"id": i.id, "question": i.question, "gold": i.gold, "prediction": i.prediction, "correct": i.score,
              "error": i.error, "error_class": i.error_class, "unparsed": i.unparsed,
-             "usage": i.usage.get("total", {}), "stats": i.stats} for i in res.items]
+             "usage": i.usage.get("total", {}), "stats": i.stats, "judge": i.judge} for i in res.items]
     tracking.log_table(rows, "items.jsonl")
     tracking.log_table([{"id": i.id, "trajectory": i.trajectory, "answers_by_round": i.answers_by_round}
                         for i in res.items if i.trajectory], "trajectories.jsonl")

@@ -55,6 +55,10 @@ class ItemResult:
     wall_time: float = 0.0
     error_class: str | None = None  # failed items: the exception's class (APIConnectionError, Timeout, ...)
     unparsed: bool = False  # the method answered but its output could not be parsed (scored 0)
+    # the judge's verdict ({correct, method: judge|rule, reasoning, coherence, holistic, error, lm}) and what
+    # the judge's calls cost — kept apart from the method's own usage
+    judge: dict[str, Any] | None = None
+    judge_usage: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -154,6 +158,25 @@ class MethodResult:
         keys = sorted({k for i in self.scored for k in i.stats})
         return {k: sum(i.stats.get(k, 0.0) for i in self.scored) / max(1, self.n_scored) for k in keys}
 
+    def judge_values(self, score: str) -> dict[str, float]:
+        """Per scored item (by content key) the judge's ``score``: ``judged_accuracy`` (0/1) or
+        ``quality.<rubric>`` (items the judge could not grade have no quality score)."""
+        out: dict[str, float] = {}
+        for i in self.scored:
+            if i.judge is None:
+                continue
+            value = i.judge.get("correct") if score == "judged_accuracy" else i.judge.get(score.split(".", 1)[-1])
+            if value is not None:
+                out[i.key] = float(value)
+        return out
+
+    @property
+    def judge_usage(self) -> Usage:
+        total = Usage()
+        for item in self.scored:
+            total.merge(Usage.from_dict(item.judge_usage))
+        return total
+
     def error_counts(self) -> Counter[str]:
         """Each distinct error (class and message, secrets masked) with how many items it failed."""
         return Counter(redact(i.error or "") for i in self.items if i.failed)
@@ -195,8 +218,9 @@ class ResultStore:
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            logger.warning("another run is evaluating %s: waiting for it, then reusing what it finished",
-                           self.path.name)
+            logger.warning(
+                "another run is evaluating %s: waiting for it, then reusing what it finished", self.path.name
+            )
             lock.acquire()
         try:
             yield self

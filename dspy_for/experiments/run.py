@@ -15,6 +15,7 @@ from accuracy; see :mod:`dspy_for.experiments.records`); one failing item never 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -32,7 +33,7 @@ from dspy_for.experiments.records import ItemResult, MethodResult, ResultStore
 from dspy_for.experiments.spec import DatasetConfig, LMSpec, MethodConfig, RunSpec, prompts_fingerprint
 from dspy_for.lm import make_lm
 from dspy_for.lm.usage import Usage, role, track_usage
-from dspy_for.metrics import metric_for
+from dspy_for.metrics import RUBRICS, Judge, metric_for
 from dspy_for.optimizers import COMPILERS, compile_program
 from dspy_for.secrets import redact
 
@@ -40,6 +41,8 @@ __all__ = ["PreparedRun", "build_lms", "evaluate", "load_examples", "prepare_run
 
 Metric = Callable[..., Any]
 OnRecord = Callable[[ItemResult], None]
+
+logger = logging.getLogger("dspy_for.experiments")
 
 
 @dataclass
@@ -59,6 +62,8 @@ class PreparedRun:
     uses_labels: bool
     key: str  # names the per-item results (see RunSpec.item_key)
     compile_usage: dict[str, Any] | None = None
+    judge: Judge | None = None  # grades every scored item (the spec's [judge]); its calls are role `judge`
+    judge_name: str = ""  # the judge's LM as recorded with each verdict (a verdict by another judge is redone)
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -119,6 +124,11 @@ def prepare_run(spec: RunSpec, dataset: DatasetConfig, method: MethodConfig, *,
     )
     if method.compile:
         run.program, run.compile_usage = _compile(run, compile_dir)
+    if spec.judge is not None:
+        judge_lm = spec.judge.lm if isinstance(spec.judge.lm, dspy.BaseLM) else make_lm(
+            spec.judge.lm, max_tokens=spec.max_tokens, cache=spec.cache, **spec.lm_options_for("judge"))
+        run.judge = Judge(judge_lm, fallback=metric, rubrics=spec.judge.rubrics or RUBRICS)
+        run.judge_name = json.dumps(spec.role_settings(["judge"], {"judge": spec.judge.lm}), sort_keys=True)
     return run
 
 
@@ -255,12 +265,51 @@ def evaluate(run: PreparedRun, examples: Iterable[dspy.Example] | None = None, *
         elif key in scored and item.score != scored[key]:
             raise RuntimeError(f"dspy.Evaluate scored item {item.id} {scored[key]} but the record says {item.score}")
         items.append(item)
+    if run.judge is not None:
+        items = _judge_items(run, items, store, progress)
     reused = sum(done[i.key].wall_time for i in items if i.key in done and i.key not in fresh)
     return MethodResult(label=run.method.label, items=items, wall_time=time.perf_counter() - start,
                         reused_time=reused)
 
 
 _SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}
+
+
+def _judge_items(run: PreparedRun, items: list[ItemResult], store: ResultStore | None, progress: bool
+                 ) -> list[ItemResult]:
+    """Grade every scored item that has no verdict of this judge yet (fresh ones, and reused ones judged by
+    no or another judge) — the method is not run again; the verdict and the judge's usage go to the store."""
+    assert run.judge is not None
+    todo = [i for i, item in enumerate(items)
+            if not item.failed and (item.judge or {}).get("lm") != run.judge_name]
+    examples = {content_key(ex.get("question"), ex.get("answer")): ex for ex in run.examples}
+    for n, i in enumerate(todo, start=1):
+        item = items[i]
+        example = examples.get(item.key) or dspy.Example(question=item.question, answer=item.gold)
+        with track_usage() as usage:
+            verdict = run.judge(example, dspy.Prediction(**item.prediction), judged_text(item))
+        items[i] = replace(item, judge={**verdict.to_dict(), "lm": run.judge_name}, judge_usage=usage.to_dict())
+        if store is not None:
+            store.append(items[i])
+        if progress and (n % 10 == 0 or n == len(todo)):
+            logger.info("judged %d/%d items of %s", n, len(todo), run.method.label)
+    return items
+
+
+def judged_text(item: ItemResult) -> str:
+    """What the judge reads of an item: the method's dialogue (FOR's turns, role by role) if it has one, else
+    its reasoning, then its final answer."""
+    lines = []
+    for turn in item.trajectory or []:
+        if isinstance(turn, dict) and "role" in turn and "fields" in turn:
+            fields = {k: v for k, v in turn["fields"].items() if k not in ("violations", "attempt", "repeats")}
+            body = "; ".join(f"{k}: {v}" for k, v in fields.items())
+            lines.append(f"[{turn['role']}, round {turn.get('round', 0)}] {body}")
+    if not lines and item.prediction.get("reasoning"):
+        lines.append(str(item.prediction["reasoning"]))
+    outputs = {k: v for k, v in item.prediction.items() if k != "reasoning"}
+    lines.append("final: " + "; ".join(f"{k}: {v}" for k, v in outputs.items()))
+    return "\n".join(lines)
 
 
 def _record(example: dspy.Example, pred: dspy.Prediction, outcome: _Outcome | None, metric: Metric) -> ItemResult:

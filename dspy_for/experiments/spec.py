@@ -51,6 +51,7 @@ from dspy_for.datasets import dataset_info
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import get_method
 from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm
+from dspy_for.metrics import RUBRICS
 from dspy_for.secrets import is_secret_key
 
 __all__ = [
@@ -123,9 +124,24 @@ class MethodConfig:
 
 @dataclass
 class JudgeConfig:
-    lm: str
+    """``[judge]``: an LM that grades every scored item — judged accuracy (``verify``) and the ``rubrics``
+    scores (default all three: reasoning, coherence, holistic) — under its own role ``judge``."""
+
+    lm: LMSpec
     rubrics: list[str] = field(default_factory=list)
     verify: bool = True
+
+    def validate(self) -> None:
+        unknown = sorted(set(self.rubrics) - set(RUBRICS))
+        if unknown:
+            raise ConfigError(f"Unknown rubric `{unknown[0]}` in [judge]. Choose from: {', '.join(RUBRICS)}.")
+        if isinstance(self.lm, str):
+            check_lm_spec(self.lm)
+
+    @property
+    def scores(self) -> tuple[str, ...]:
+        """The per-item scores this judge gives: ``judged_accuracy`` (if ``verify``) and ``quality.<rubric>``."""
+        return (*(("judged_accuracy",) if self.verify else ()), *(f"quality.{r}" for r in self.rubrics or RUBRICS))
 
 
 @dataclass(kw_only=True)
@@ -190,7 +206,9 @@ class RunSpec:
         datasets = self.dataset_configs()
         for d in datasets:
             d.validate()
-        roles = self.method_roles()
+        if self.judge is not None:
+            self.judge.validate()
+        roles = self.method_roles() | ({"judge"} if self.judge is not None else set())
         for where, mapping in (("role_lms", self.role_lms), ("role_lm_options", self.role_lm_options)):
             unknown = sorted(set(mapping) - roles)
             if unknown:
@@ -393,7 +411,8 @@ def load_spec(path: str | Path | ExperimentSpec | None = None, **overrides: Any)
 def apply_overrides(spec: RunSpec, overrides: Mapping[str, Any]) -> None:
     """Apply flag-style overrides (None = not given) to ``spec`` in place — one meaning for every command.
 
-    ``split``, ``limit``, ``first``, ``data_dir`` apply to every dataset; ``role_lms`` (dict or
+    ``split``, ``limit``, ``first``, ``data_dir`` apply to every dataset; ``judge_lm`` sets (or replaces the
+    LM of) the ``[judge]``; ``role_lms`` (dict or
     ["ROLE=SPEC", ...]), ``lm_options`` (dict or ["KEY=VALUE", ...]) and ``role_lm_options`` (dict or
     ["ROLE:KEY=VALUE", ...]) merge into the spec's; any other key must be a field of the spec.
     """
@@ -408,6 +427,9 @@ def apply_overrides(spec: RunSpec, overrides: Mapping[str, Any]) -> None:
             spec.role_lms = {**spec.role_lms, **parse_role_lms(value)}
         elif key == "lm_options":
             spec.lm_options = {**spec.lm_options, **parse_lm_options(value)}
+        elif key == "judge_lm":
+            spec.judge = JudgeConfig(lm=value, rubrics=spec.judge.rubrics if spec.judge else [],
+                                     verify=spec.judge.verify if spec.judge else True)
         elif key == "role_lm_options":
             for r, opts in parse_role_lm_options(value).items():
                 spec.role_lm_options[r] = {**spec.role_lm_options.get(r, {}), **opts}

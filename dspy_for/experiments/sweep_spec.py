@@ -29,8 +29,9 @@ from dspy_for.optimizers import COMPILERS
 
 __all__ = ["OBJECTIVES", "SweepSpec", "load_sweep_spec"]
 
-#: what a sweep can optimise: accuracy (maximised) and tokens per item (minimised)
-OBJECTIVES = {"accuracy": "maximize", "tokens_per_item": "minimize"}
+#: what a sweep can optimise, and in which direction; the judge's scores need a `[judge]` table
+OBJECTIVES = {"accuracy": "maximize", "tokens_per_item": "minimize", "judged_accuracy": "maximize",
+              "quality.reasoning": "maximize", "quality.coherence": "maximize", "quality.holistic": "maximize"}
 
 
 @dataclass(kw_only=True)
@@ -127,10 +128,13 @@ class SweepSpec(RunSpec):
         for point in self.enqueue:
             space.validate_point(point)
         bad = [o for o in self.objectives if o not in OBJECTIVES]
-        if bad or not self.objectives or self.objectives[0] != "accuracy" or len(set(self.objectives)) != len(
-                self.objectives):
-            raise ConfigError('`objectives` must be ["accuracy"] or ["accuracy", "tokens_per_item"], '
-                              f"got {self.objectives!r}.")
+        if bad or not 1 <= len(self.objectives) <= 2 or len(set(self.objectives)) != len(self.objectives):
+            raise ConfigError(f"`objectives` must be one or two distinct names of {', '.join(OBJECTIVES)} "
+                              f'(e.g. ["accuracy"] or ["quality.reasoning", "tokens_per_item"]), got {self.objectives!r}.')
+        judged = [o for o in self.objectives if o.startswith(("quality.", "judged_"))]
+        if judged and (self.judge is None or judged[0] not in self.judge.scores):
+            raise ConfigError(f"Objective `{judged[0]}` is a judge score: add a `[judge]` table (lm = \"...\") that "
+                              "gives it, or pass `--judge-lm SPEC`.")
         if self.sampler not in ("tpe", "nsga2", "random"):
             raise ConfigError(f"`sampler` must be 'tpe', 'nsga2' or 'random', got {self.sampler!r}.")
         if self.pruner not in ("median", "none"):

@@ -91,17 +91,33 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadlin
             if merged.n_failed:
                 errors = merged.error_counts().most_common(1)
                 raise TrialFailed(f"{merged.n_failed} item(s) failed: {errors[0][0]}")
-            trial.set_user_attr("intermediate", [*trial.user_attrs.get("intermediate", []), merged.accuracy])
-            logger.info("trial %d %s: %d/%d items, accuracy %.3f", trial.number, trial.params, merged.n,
-                        len(examples), merged.accuracy)
+            value = objective_value(merged, spec.objectives[0])
+            trial.set_user_attr("intermediate", [*trial.user_attrs.get("intermediate", []), value])
+            logger.info("trial %d %s: %d/%d items, %s %.3f", trial.number, trial.params, merged.n,
+                        len(examples), spec.objectives[0], value)
             if not spec.multi:
-                trial.report(merged.accuracy, step)
+                trial.report(value, step)
                 if trial.should_prune():
                     raise optuna.TrialPruned()
         merged = _merge(results)
-        return merged.accuracy if not spec.multi else (merged.accuracy, merged.tokens_per_item)
+        values = [objective_value(merged, o) for o in spec.objectives]
+        for name, value in zip(spec.objectives, values, strict=True):
+            trial.set_user_attr(f"objective.{name}", value)
+        return values[0] if not spec.multi else tuple(values)
 
     return objective
+
+
+def objective_value(result: MethodResult, objective: str) -> float:
+    """One objective of a trial's (scored) items: accuracy, tokens/item, or a judge score's mean."""
+    if objective == "accuracy":
+        return result.accuracy
+    if objective == "tokens_per_item":
+        return result.tokens_per_item
+    values = list(result.judge_values(objective).values())
+    if not values:
+        raise TrialFailed(f"the judge gave no `{objective}` score for any item")
+    return sum(values) / len(values)
 
 
 def _merge(results: list[MethodResult]) -> MethodResult:
@@ -273,11 +289,27 @@ def sweep(config: SweepSpec | str | Path | None = None, *, workers: int = 1, fin
 
 
 def run_final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
-    """The best configuration once on the test split, through the same run path as ``compare``."""
+    """The best configuration once on the test split, through the same run path as ``compare``; its data and
+    one trace per item are logged on the sweep's parent run (a tracing failure is only a warning)."""
+    from dspy_for.experiments import tracing, tracking
+
     best = study.best_trial
     test = replace(spec.dataset, split=spec.test_split, first=None)
     run = prepare_run(spec, test, spec.trial_method(best.params, "final-test"))
     res = evaluate(run)
+    try:
+        from mlflow.tracking import MlflowClient
+
+        tracking.setup_tracking(spec.tracking_uri, spec.experiment)
+        parents = MlflowClient().search_runs(  # the parent run sweep_tracking.start_parent made or reused
+            [tracking.experiment_id(spec.experiment)], max_results=1,
+            filter_string=f"tags.`dspy_for.study` = '{spec.study}' and tags.`dspy_for.kind` = 'sweep'")
+        if parents:
+            tracing.log_dataset(run, context="test", run_id=parents[0].info.run_id)
+            tracing.log_item_traces(run, res, run_id=parents[0].info.run_id)
+    except Exception as exc:
+        logger.warning("could not log the final test's items to MLflow: %s",
+                       tracking.redact(f"{type(exc).__name__}: {exc}"))
     lo, hi = res.ci
     return {"method": run.method.name, "params": best.params, "accuracy": res.accuracy, "ci_low": lo,
             "ci_high": hi, "tokens_per_item": res.tokens_per_item, "n": res.n_scored, "failed": res.n_failed,
