@@ -82,7 +82,7 @@ def compare(spec_or_path: ExperimentSpec | str | Path | None = None, **overrides
             examples = None
             for m in _ordered(spec):
                 if spec.match_budget and m.name in ("self_consistency", "refine"):
-                    m = with_options(m, _matched_budget(out.results[d.name], m))
+                    m = with_options(m, _matched_budget(spec, out.results[d.name], m))
                 res, err, examples = _run_one(spec, d, m, examples, run_dir, items_dir)
                 if res is not None:
                     out.results[d.name][m.label] = res
@@ -109,10 +109,11 @@ def _ordered(spec: ExperimentSpec) -> list[MethodConfig]:
     return sorted(spec.methods, key=lambda m: key.get(m.name, 2))
 
 
-def _matched_budget(done: dict[str, MethodResult], m: MethodConfig) -> dict[str, Any]:
-    """Options that spend about FOR's tokens per item: k (or N) CoT calls at CoT's measured cost per call."""
-    for_res = next((r for label, r in done.items() if label.startswith("for")), None)
-    cot_res = done.get("cot")
+def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: MethodConfig) -> dict[str, Any]:
+    """Options that spend about the first FOR method's tokens per item: k (or N) CoT calls at CoT's measured
+    cost per call."""
+    for_res = next((done[x.label] for x in spec.methods if x.name == "for" and x.label in done), None)
+    cot_res = next((done[x.label] for x in spec.methods if x.name == "cot" and x.label in done), None)
     if for_res is None or cot_res is None or not for_res.n_scored or not cot_res.n_scored:
         logger.warning("match_budget needs a `for` and a `cot` method with scored items; %s keeps its options",
                        m.label)

@@ -20,3 +20,16 @@ def test_quickstart_config_on_a_real_local_model(tmp_path, monkeypatch):
     assert all(r.n == 3 for r in res.values())
     assert res["for_n1"].calls_per_item > res["cot"].calls_per_item
     assert (tmp_path / "mlruns" / "mlflow.db").is_file() and result.plots
+
+
+def test_compare_with_a_judge_on_two_items(tmp_path, monkeypatch):
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.toml")
+    monkeypatch.chdir(tmp_path)
+    result = compare(config, lm=f"local/{MODEL}", judge_lm=f"local/{MODEL}", limit=2, methods="cot",
+                     max_tokens=384, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    cot = result.results["gsm8k"]["cot"]
+    assert cot.n_failed == 0 and all(i.judge is not None for i in cot.items)
+    judged = next(r for r in result.rows if r["method"] == "cot")["judge"]
+    assert judged["n"] == 2 and judged["judged_accuracy"]["n"] == 2
+    # the judge's calls are its own role, never part of the method's tokens per item
+    assert cot.judge_usage.total.calls >= 2 and "judge" not in cot.usage.roles

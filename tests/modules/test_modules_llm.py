@@ -42,3 +42,16 @@ def test_prorefine_reads_finish_reasons_from_a_real_server(lm):
     assert pred.stats["steps_used"] == 2 and isinstance(pred.answer, float)
     # one feedback and one optimizer call per step (an adapter retry on a malformed reply adds a call)
     assert pred.usage["feedback"]["calls"] >= 2 and pred.usage["optimizer"]["calls"] >= 2
+
+
+def test_prorefine_reads_end_of_sequence_through_a_plain_dspy_lm(lm):
+    """A user's own dspy.LM against the same local server: steps see finish reasons and tokens."""
+    plain = dspy.LM(lm.model, api_base=lm.kwargs["api_base"], api_key="local-no-key", max_tokens=400,
+                    temperature=0.0, cache=False)
+    ex = load_dataset("gsm8k", "sample")[0]
+    with dspy.context(lm=plain):
+        pred = ProRefine("question -> answer: float", k=32, n=3)(question=ex.question)
+    steps = pred.trajectory
+    assert steps and all(s["finish_reason"] in ("stop", "length") for s in steps)
+    assert steps[0]["completion_tokens"] <= 32 and pred.usage["task"]["completion_tokens"] > 0
+    assert pred.usage["feedback"]["calls"] == len(steps)
