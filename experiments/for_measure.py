@@ -6,6 +6,10 @@ JSONL files, so a killed run resumes where it stopped.
 
     python experiments/for_measure.py --lm local/qwen2.5-coder-1.5b --first 50 \
         --data-dir ../shared/datasets --out experiments/results/for
+
+The FOR paper's Figure 2 layout (judged accuracy and quality by an LLM judge) on the same items: add
+``--judge-lm local/qwen2.5-coder-1.5b --methods single,cot,for_n3_host``. The judge grades stored items
+without re-running the methods; verdicts are stored with them (``summary_judged.json``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import json
 from pathlib import Path
 
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, ResultStore, evaluate, prepare_run
-from dspy_for.experiments.report import debate_diagnostics, round_scores
+from dspy_for.experiments.report import JUDGE_SCORES, debate_diagnostics, judge_summary, round_scores
+from dspy_for.experiments.spec import JudgeConfig
 from dspy_for.metrics import numeric_match
 from dspy_for.stats import mean_with_ci, paired_comparison
 
@@ -30,6 +35,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--out", default="experiments/results/for")
     ap.add_argument("--guard", choices=["on", "off"], default="on")
+    ap.add_argument("--judge-lm", default=None, help="grade every item: judged accuracy and quality scores")
+    ap.add_argument("--methods", default=None, help="comma-separated labels to run (default: all four)")
     args = ap.parse_args()
 
     out = Path(args.out)
@@ -41,7 +48,9 @@ def main() -> None:
         MethodConfig("single"), MethodConfig("cot"),
         MethodConfig("for", f"for_n3_host{suffix}", {"rounds": 3, "host": True, "guard": guard}),
         MethodConfig("for", f"for_n1_host{suffix}", {"rounds": 1, "host": True, "guard": guard}),
-    ]).validate()
+    ], judge=JudgeConfig(args.judge_lm) if args.judge_lm else None).validate()
+    if args.methods:
+        spec.methods = [m for m in spec.methods if m.label in args.methods.split(",")]
     examples = None
     results = {}
     for m in spec.methods:
@@ -68,6 +77,9 @@ def main() -> None:
                 rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": acc, "lo": lo2,
                              "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed,
                              "scores": scores})
+    if args.judge_lm:
+        _judged_table(results, out / f"summary_judged{suffix}.json")
+        return
     by_method = {row["method"]: row["scores"] for row in rows}
     for row in rows:  # paired tests on the same items: exact McNemar
         for base in ("single", "cot"):
@@ -97,6 +109,32 @@ def main() -> None:
         for f in d["flips"]:
             print(f"  revision {f['round']}: changed {f['changed']}, right→wrong {f['right_to_wrong']}, "
                   f"wrong→right {f['wrong_to_right']}")
+
+
+def _judged_table(results: dict, path: Path) -> None:
+    """The FOR paper's Figure 2 layout: accuracy, judged accuracy and the three quality scores per method,
+    each with its 95% CI and the paired difference from CoT, and the judge's agreement with the metric."""
+    base = results.get("cot")
+    rows = {label: {"accuracy": mean_with_ci(r.scores), **judge_summary(r, base if label != "cot" else None)}
+            for label, r in results.items()}
+    path.write_text(json.dumps(rows, indent=2))
+    print(f"{'method':16s} {'acc %':>18s} " + " ".join(f"{s.split('.')[-1]:>22s}" for s in JUDGE_SCORES))
+    for label, row in rows.items():
+        acc, lo, hi = row["accuracy"]
+        cells = []
+        for score in JUDGE_SCORES:
+            e = row.get(score)
+            k = 100 if score == "judged_accuracy" else 1
+            cell = f"{k * e['mean']:.2f} [{k * e['low']:.2f}, {k * e['high']:.2f}]" if e else "-"
+            if e and "delta" in e:
+                cell += f" Δ{k * e['delta']:+.2f} p={e['p_value']:.2f}"
+            cells.append(cell)
+        print(f"{label:16s} {100 * acc:5.1f} [{100 * lo:4.1f}, {100 * hi:4.1f}] " + " | ".join(cells))
+        if "kappa" in row:
+            print(f"{'':16s} judge vs numeric rule: agreement {100 * row['agreement']:.0f}%, Cohen's kappa "
+                  f"{row['kappa']:.2f} (n={row['kappa_n']}); judge failed on {row['fallbacks']}; "
+                  f"judge tokens/item {row['tokens_per_item']:.0f}")
+    print(f"written: {path}")
 
 
 def _plot(rows: list[dict], path: Path, title: str) -> None:

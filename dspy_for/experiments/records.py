@@ -75,6 +75,9 @@ class ItemResult:
     def from_json(cls, line: str) -> ItemResult:
         data = json.loads(line)
         known = {f.name for f in fields(cls)}
+        if "error_class" not in data and str(data.get("error") or "").startswith("AdapterParseError"):
+            # written before failed and unparsed were told apart: an unparsable answer is a wrong answer
+            data = {**data, "error": None, "unparsed": True, "score": 0.0}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

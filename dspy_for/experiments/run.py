@@ -128,7 +128,9 @@ def prepare_run(spec: RunSpec, dataset: DatasetConfig, method: MethodConfig, *,
         judge_lm = spec.judge.lm if isinstance(spec.judge.lm, dspy.BaseLM) else make_lm(
             spec.judge.lm, max_tokens=spec.max_tokens, cache=spec.cache, **spec.lm_options_for("judge"))
         run.judge = Judge(judge_lm, fallback=metric, rubrics=spec.judge.rubrics or RUBRICS)
-        run.judge_name = json.dumps(spec.role_settings(["judge"], {"judge": spec.judge.lm}), sort_keys=True)
+        # a verdict is reused only from this judge: the same LM and the same grading prompt
+        run.judge_name = json.dumps({**spec.role_settings(["judge"], {"judge": spec.judge.lm}),
+                                     "prompt": prompts_fingerprint(run.judge.predictor)}, sort_keys=True)
     return run
 
 
