@@ -148,7 +148,7 @@ def ask(
 ) -> None:
     """Answer one question with one method; print the answer, the method's trace and the usage table."""
     from dspy_for.render import render_result
-    from dspy_for.experiments.spec import parse_role_lms
+    from dspy_for.experiments.config import parse_role_lms
     from dspy_for.lm import make_lm, role, track_usage
 
     try:
@@ -212,7 +212,7 @@ def compare(
     from dspy_for.experiments.comparison import compare as run_compare
     from dspy_for.experiments.report import error_lines, rich_tables
 
-    _show_progress("dspy_for.optimizers")  # compile steps of compiled methods (TextGrad: one line per update)
+    _show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
     try:
         result = run_compare(config, dataset=dataset, split=split, limit=limit, first=first, methods=methods, lm=lm,
                              role_lms=role_lm or None, lm_options=lm_option or None,
@@ -261,7 +261,7 @@ def sweep(
     from dspy_for.experiments.sweeps import logger as sweep_logger
     from dspy_for.experiments.sweeps import sweep as run_sweep
 
-    _show_progress(sweep_logger.name, "dspy_for.optimizers")  # a line per chunk, finished trial, compile step
+    _show_progress(sweep_logger.name, "dspy_for.optimizers", "dspy_for.experiments")  # a line per chunk, finished trial, compile step
     try:
         result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, n_trials=n_trials,
                            storage=storage, study=study, limit=limit, first=first, lm=lm,

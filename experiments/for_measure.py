@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, ResultStore, evaluate, prepare_run
-from dspy_for.experiments.report import JUDGE_SCORES, debate_diagnostics, judge_summary, round_scores
+from dspy_for.experiments.diagnostics import debate_diagnostics, round_scores
+from dspy_for.experiments.report import JUDGE_SCORES, judge_summary
 from dspy_for.experiments.spec import JudgeConfig
 from dspy_for.metrics import numeric_match
 from dspy_for.stats import mean_with_ci, paired_comparison
@@ -38,6 +40,8 @@ def main() -> None:
     ap.add_argument("--judge-lm", default=None, help="grade every item: judged accuracy and quality scores")
     ap.add_argument("--methods", default=None, help="comma-separated labels to run (default: all four)")
     args = ap.parse_args()
+    logging.basicConfig(format="%(asctime)s %(message)s")
+    logging.getLogger("dspy_for").setLevel(logging.INFO)  # progress of the judge, waits on a results lock
 
     out = Path(args.out)
     guard = args.guard == "on"

@@ -21,7 +21,8 @@ from dspy_for.datasets import data_hash
 from dspy_for.experiments import report, tracing, tracking
 from dspy_for.experiments.records import MethodResult, ResultStore
 from dspy_for.experiments.run import PreparedRun, evaluate, prepare_run, with_options
-from dspy_for.experiments.spec import ExperimentSpec, MethodConfig, load_spec
+from dspy_for.experiments.config import load_spec
+from dspy_for.experiments.spec import ExperimentSpec, MethodConfig
 from dspy_for.lm import describe_lm
 from dspy_for.secrets import redact
 

@@ -16,15 +16,8 @@ from dspy_for.experiments.search_space import (
     parse_method_choice,
     parse_search_space,
 )
-from dspy_for.experiments.spec import (
-    DatasetConfig,
-    MethodConfig,
-    RunSpec,
-    apply_overrides,
-    parse_dataset,
-    parse_judge,
-    read_toml,
-)
+from dspy_for.experiments.config import apply_overrides, parse_dataset, parse_judge, read_toml
+from dspy_for.experiments.spec import DatasetConfig, MethodConfig, RunSpec
 from dspy_for.optimizers import COMPILERS
 
 __all__ = ["OBJECTIVES", "SweepSpec", "load_sweep_spec"]

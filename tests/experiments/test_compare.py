@@ -10,7 +10,7 @@ import dspy_for.experiments.run as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.report import table_text
-from dspy_for.experiments.spec import load_spec
+from dspy_for.experiments.config import load_spec
 from dspy_for.testing import ScriptedLM, system_text
 
 SECRET = "sk-test-THIS-IS-A-FAKE-KEY-1234567890"

@@ -114,7 +114,7 @@ def test_a_judge_added_later_grades_stored_items_without_rerunning_the_method(sc
 
 
 def test_judge_lm_flag_and_bad_judge_configs(tmp_path):
-    from dspy_for.experiments.spec import load_spec
+    from dspy_for.experiments.config import load_spec
 
     spec = load_spec(_write(tmp_path, CONFIG.replace('[judge]\nlm = "openai/judge-model"\n', "")),
                      judge_lm="openai/other-judge")

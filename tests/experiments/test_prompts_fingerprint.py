@@ -94,7 +94,7 @@ def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
     from dspy_for.datasets import signature_for
     from dspy_for.experiments.methods import get_method
     from dspy_for.experiments.records import ResultStore
-    from dspy_for.experiments.spec import load_spec
+    from dspy_for.experiments.config import load_spec
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments/prorefine_measure.toml", role_lms=[role_lm] if role_lm else None)

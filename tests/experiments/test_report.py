@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from dspy_for.experiments.report import debate_diagnostics, round_accuracy
+from dspy_for.experiments.diagnostics import debate_diagnostics, round_accuracy
 from dspy_for.metrics import numeric_match
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dspy_for.experiments.spec import load_spec
+from dspy_for.experiments.config import load_spec
 from dspy_for.experiments.sweeps import load_sweep_spec
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.toml"))
