@@ -264,6 +264,7 @@ def sweep(config: SweepSpec | str | Path | None = None, *, workers: int = 1, fin
     """Run (or resume) a sweep; see the module docstring. ``overrides`` are the CLI flags' names; they apply
     and are validated whether a path or a :class:`SweepSpec` is given."""
     spec = load_sweep_spec(config, **overrides)
+    optuna_compat.check_supported()  # an Optuna without the internals we use fails here, not mid-sweep
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"`--workers` must be a positive integer, got {workers!r}.")
     if timeout is not None and timeout <= 0:
