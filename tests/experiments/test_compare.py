@@ -260,3 +260,19 @@ def test_matched_budget_sizes_baselines_from_for(scripted, tmp_path):
     assert r["self_consistency"].calls_per_item == pytest.approx(k)
     assert abs(r["self_consistency"].tokens_per_item - r["for_n1"].tokens_per_item) < r["cot"].tokens_per_item
     assert os.path.exists(result.plots[0])
+
+
+@pytest.mark.parametrize(("method", "options", "message"), [
+    ("for", "{ rounds = -1 }", "`rounds` must be an integer >= 0"),
+    ("for", "{ rounds = 1.5 }", "`rounds` must be an integer >= 0"),
+    ("prorefine", "{ k = 0 }", "`k` must be a positive integer"),
+    ("prorefine", "{ n = -2 }", "`n` must be a positive integer"),
+    ("refine", "{ N = 0 }", "`N` must be a positive integer"),
+    ("self_consistency", "{ k = 0 }", "`k` must be a positive integer"),
+    ("self_consistency", "{ temperature = -0.5 }", "`temperature` must be a number >= 0"),
+    ("cot", "{ temperature = -1 }", "`temperature` must be >= 0"),
+])
+def test_bad_option_values_fail_before_anything_runs(tmp_path, method, options, message):
+    cfg = CONFIG + f'[[methods]]\nname = "{method}"\nlabel = "bad"\noptions = {options}\n'
+    with pytest.raises(ConfigError, match=message):
+        load_spec(_write(tmp_path, cfg))
