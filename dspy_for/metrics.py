@@ -25,8 +25,8 @@ __all__ = [
     "RUBRICS",
     "TOLERANCE",
     "Judge",
-    "JudgeVerdict",
     "JudgeMatch",
+    "JudgeVerdict",
     "QualityJudge",
     "choice_match",
     "extract_choice",
@@ -126,8 +126,10 @@ def numeric_match_with_feedback(
     if score:
         feedback = f"Correct: the final answer {got:g} matches the expected {expected:g}."
     elif got is None:
-        feedback = f"No final number could be read from the answer; the expected answer is {expected:g}. " \
-                   "State the final answer as a single number."
+        feedback = (
+            f"No final number could be read from the answer; the expected answer is {expected:g}. "
+            "State the final answer as a single number."
+        )
     else:
         feedback = f"Wrong: the final answer {got:g} differs from the expected {expected:g}."
     solution = _pred_value(gold, "gold_solution")
@@ -344,27 +346,35 @@ class Judge:
     ``rubrics`` scores (reasoning, coherence, holistic). Calls run under the role ``judge`` with the judge's
     own LM, at temperature 0 and through the DSPy cache (as every LM from ``make_lm``)."""
 
-    def __init__(self, judge_lm: Any, *, fallback: Callable[..., Any] = numeric_match,
-                 rubrics: Sequence[str] = RUBRICS) -> None:
+    def __init__(
+        self, judge_lm: Any, *, fallback: Callable[..., Any] = numeric_match, rubrics: Sequence[str] = RUBRICS
+    ) -> None:
         unknown = sorted(set(rubrics) - set(RUBRICS))
         if unknown:
             raise ConfigError(f"Unknown rubric `{unknown[0]}`. Choose from: {', '.join(RUBRICS)}.")
         if judge_lm is None:
-            raise ConfigError("A judge needs an LM: set `[judge] lm = \"...\"` or pass `--judge-lm SPEC`.")
+            raise ConfigError('A judge needs an LM: set `[judge] lm = "..."` or pass `--judge-lm SPEC`.')
         self.judge_lm, self.fallback, self.rubrics = judge_lm, fallback, tuple(rubrics) or RUBRICS
         self.predictor = dspy.Predict(JudgeItem)
 
     def __call__(self, example: Any, prediction: Any, response: str) -> JudgeVerdict:
         try:
             with role("judge"), dspy.context(lm=self.judge_lm, trace=[]):
-                out = self.predictor(question=str(_pred_value(example, "question")),
-                                     gold_answer=str(_pred_value(example, "answer")), response=response,
-                                     final_answer=str(_pred_value(prediction, "answer")))
-            scores = {r: _unit(out.get(f"{r}_score")) for r in self.rubrics}
+                out = self.predictor(
+                    question=str(_pred_value(example, "question")),
+                    gold_answer=str(_pred_value(example, "answer")),
+                    response=response,
+                    final_answer=str(_pred_value(prediction, "answer")),
+                )
+            scores: dict[str, float | None] = {r: _unit(out.get(f"{r}_score")) for r in self.rubrics}
             return JudgeVerdict(bool(out.match), "judge", scores)
         except Exception as exc:  # the judge failing must not lose the item: the rule decides, and says so
-            return JudgeVerdict(bool(self.fallback(example, prediction)), "rule", dict.fromkeys(self.rubrics),
-                                f"{type(exc).__name__}: {exc}")
+            return JudgeVerdict(
+                bool(self.fallback(example, prediction)),
+                "rule",
+                dict.fromkeys(self.rubrics),
+                f"{type(exc).__name__}: {exc}",
+            )
 
 
 def _unit(value: Any) -> float:

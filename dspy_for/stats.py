@@ -121,8 +121,9 @@ def paired_bootstrap(
     below = sum(1 for m in means if m <= 0) / n_boot
     above = sum(1 for m in means if m >= 0) / n_boot
     p = min(1.0, 2 * min(below, above)) if any(d) else 1.0
-    return PairedResult(diff, means[int(alpha * (n_boot - 1))], means[int((1 - alpha) * (n_boot - 1))], p,
-                        "paired_bootstrap", n)
+    return PairedResult(
+        diff, means[int(alpha * (n_boot - 1))], means[int((1 - alpha) * (n_boot - 1))], p, "paired_bootstrap", n
+    )
 
 
 def paired_comparison(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> PairedResult:

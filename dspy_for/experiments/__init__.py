@@ -9,10 +9,10 @@ are the library calls behind ``dspy-for compare`` and ``dspy-for sweep``; both r
 from __future__ import annotations
 
 from dspy_for.experiments.comparison import ComparisonResult, compare
+from dspy_for.experiments.config import load_spec
 from dspy_for.experiments.methods import MethodSpec, build_method, get_method, list_methods, register_method
 from dspy_for.experiments.records import ItemResult, MethodResult, ResultStore
 from dspy_for.experiments.run import PreparedRun, evaluate, load_examples, prepare_run
-from dspy_for.experiments.config import load_spec
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec
 from dspy_for.experiments.sweep_spec import SweepSpec, load_sweep_spec
 from dspy_for.experiments.sweeps import SweepResult, sweep

@@ -19,9 +19,9 @@ from typing import Any
 
 from dspy_for.datasets import data_hash
 from dspy_for.experiments import report, tracing, tracking
+from dspy_for.experiments.config import load_spec
 from dspy_for.experiments.records import MethodResult, ResultStore
 from dspy_for.experiments.run import PreparedRun, evaluate, prepare_run, with_options
-from dspy_for.experiments.config import load_spec
 from dspy_for.experiments.spec import ExperimentSpec, MethodConfig
 from dspy_for.lm import describe_lm
 from dspy_for.secrets import redact
@@ -75,8 +75,14 @@ def compare(spec_or_path: ExperimentSpec | str | Path | None = None, **overrides
 
     with mlflow.start_run(run_name=f"compare-{spec.experiment}") as parent:
         out.run_id = parent.info.run_id
-        mlflow.log_params(tracking.safe_params({"spec": {**spec.to_dict(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")},
-                                                **tracking.environment_params()}))
+        mlflow.log_params(
+            tracking.safe_params(
+                {
+                    "spec": {**spec.to_dict(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")},
+                    **tracking.environment_params(),
+                }
+            )
+        )
         mlflow.set_tags({"dspy_for.kind": "comparison", "dspy_for.fingerprint": spec.fingerprint()})
         for d in spec.datasets:
             out.results[d.name], out.errors[d.name] = {}, {}
@@ -116,8 +122,7 @@ def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: Meth
     for_res = next((done[x.label] for x in spec.methods if x.name == "for" and x.label in done), None)
     cot_res = next((done[x.label] for x in spec.methods if x.name == "cot" and x.label in done), None)
     if for_res is None or cot_res is None or not for_res.n_scored or not cot_res.n_scored:
-        logger.warning("match_budget needs a `for` and a `cot` method with scored items; %s keeps its options",
-                       m.label)
+        logger.warning("match_budget needs a `for` and a `cot` method with scored items; %s keeps its options", m.label)
         return m.options
     n = max(1, round(for_res.tokens_per_item / max(cot_res.tokens_per_item, 1.0)))
     if m.name == "self_consistency":
@@ -125,8 +130,9 @@ def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: Meth
     return {**m.options, "N": n, "threshold": 2.0}  # Refine: an unreachable threshold spends all N attempts
 
 
-def _run_one(spec: ExperimentSpec, d: Any, m: MethodConfig, examples: Any, run_dir: Path, items_dir: Path
-             ) -> tuple[MethodResult | None, str | None, Any]:
+def _run_one(
+    spec: ExperimentSpec, d: Any, m: MethodConfig, examples: Any, run_dir: Path, items_dir: Path
+) -> tuple[MethodResult | None, str | None, Any]:
     """One method on one dataset as a nested MLflow run; returns (result, error, the dataset's examples)."""
     import mlflow
 
@@ -164,14 +170,26 @@ def _log_run_params(run: PreparedRun) -> None:
     import mlflow
 
     d, m = run.dataset, run.method
-    mlflow.log_params(tracking.safe_params({
-        "method": m.name, "label": m.label, "options": m.options,
-        "lm": {r: describe_lm(run.role_lms[r]) for r in run.roles},
-        "dataset": d.name, "split": d.split, "source": run.examples[0].get("source") if run.examples else "",
-        "n": len(run.examples), "seed": d.seed, "data_hash": data_hash(run.examples), "compile": m.compile or {},
-    }))
-    mlflow.set_tags({"dspy_for.method": m.name, "dspy_for.dataset": d.name,
-                     "dspy_for.label_using": str(run.uses_labels)})
+    mlflow.log_params(
+        tracking.safe_params(
+            {
+                "method": m.name,
+                "label": m.label,
+                "options": m.options,
+                "lm": {r: describe_lm(run.role_lms[r]) for r in run.roles},
+                "dataset": d.name,
+                "split": d.split,
+                "source": run.examples[0].get("source") if run.examples else "",
+                "n": len(run.examples),
+                "seed": d.seed,
+                "data_hash": data_hash(run.examples),
+                "compile": m.compile or {},
+            }
+        )
+    )
+    mlflow.set_tags(
+        {"dspy_for.method": m.name, "dspy_for.dataset": d.name, "dspy_for.label_using": str(run.uses_labels)}
+    )
 
 
 def _log_result(res: MethodResult, compile_usage: dict[str, Any] | None) -> None:
@@ -179,10 +197,17 @@ def _log_result(res: MethodResult, compile_usage: dict[str, Any] | None) -> None
 
     lo, hi = res.ci
     n = max(1, res.n_scored)
-    metrics = {"accuracy": res.accuracy, "accuracy_ci_low": lo, "accuracy_ci_high": hi, "n": float(res.n_scored),
-               "failed_items": float(res.n_failed), "unparsed_items": float(res.n_unparsed),
-               "wall_time": res.wall_time + res.reused_time, "tokens_per_item": res.tokens_per_item,
-               "calls_per_item": res.calls_per_item}
+    metrics = {
+        "accuracy": res.accuracy,
+        "accuracy_ci_low": lo,
+        "accuracy_ci_high": hi,
+        "n": float(res.n_scored),
+        "failed_items": float(res.n_failed),
+        "unparsed_items": float(res.n_unparsed),
+        "wall_time": res.wall_time + res.reused_time,
+        "tokens_per_item": res.tokens_per_item,
+        "calls_per_item": res.calls_per_item,
+    }
     for role_name, r in res.usage.roles.items():
         metrics[f"tokens_per_item.{role_name}"] = r.served_tokens / n  # what a cold run costs
         metrics[f"tokens_per_item.{role_name}.spent"] = r.tokens / n
@@ -202,18 +227,39 @@ def _log_result(res: MethodResult, compile_usage: dict[str, Any] | None) -> None
             e = judged[score]
             metrics.update({score: e["mean"], f"{score}_ci_low": e["low"], f"{score}_ci_high": e["high"]})
     if judged:
-        metrics.update({"judge.fallbacks": float(judged["fallbacks"]), "tokens_per_item.judge": judged["tokens_per_item"]})
+        metrics.update(
+            {"judge.fallbacks": float(judged["fallbacks"]), "tokens_per_item.judge": judged["tokens_per_item"]}
+        )
         if "kappa" in judged:
             metrics.update({"judge.kappa": judged["kappa"], "judge.agreement": judged["agreement"]})
     if res.n_scored:
         mlflow.log_metrics(metrics)
     else:  # nothing was measured: log the counts, never an accuracy or a token cost
         mlflow.log_metrics({"n": 0.0, "failed_items": float(res.n_failed)})
-    rows = [{"id": i.id, "question": i.question, "gold": i.gold, "prediction": i.prediction, "correct": i.score,
-             "error": i.error, "error_class": i.error_class, "unparsed": i.unparsed,
-             "usage": i.usage.get("total", {}), "stats": i.stats, "judge": i.judge} for i in res.items]
+    rows = [
+        {
+            "id": i.id,
+            "question": i.question,
+            "gold": i.gold,
+            "prediction": i.prediction,
+            "correct": i.score,
+            "error": i.error,
+            "error_class": i.error_class,
+            "unparsed": i.unparsed,
+            "usage": i.usage.get("total", {}),
+            "stats": i.stats,
+            "judge": i.judge,
+        }
+        for i in res.items
+    ]
     tracking.log_table(rows, "items.jsonl")
-    tracking.log_table([{"id": i.id, "trajectory": i.trajectory, "answers_by_round": i.answers_by_round}
-                        for i in res.items if i.trajectory], "trajectories.jsonl")
+    tracking.log_table(
+        [
+            {"id": i.id, "trajectory": i.trajectory, "answers_by_round": i.answers_by_round}
+            for i in res.items
+            if i.trajectory
+        ],
+        "trajectories.jsonl",
+    )
     if compile_usage:
         tracking.log_json_artifact(compile_usage, "compile_usage.json")

@@ -72,7 +72,7 @@ def check_keys(section: str, data: Mapping[str, Any], allowed: Iterable[str]) ->
 def parse_dataset(data: Mapping[str, Any], where: str, defaults: Mapping[str, Any] | None = None) -> DatasetConfig:
     check_keys(where, data, [f.name for f in fields(DatasetConfig)])
     if "name" not in data:
-        raise ConfigError(f"{where} needs a `name` (e.g. name = \"gsm8k\").")
+        raise ConfigError(f'{where} needs a `name` (e.g. name = "gsm8k").')
     return DatasetConfig(**{**(defaults or {}), **data})
 
 
@@ -91,7 +91,7 @@ def _parse(data: dict[str, Any], where: str) -> ExperimentSpec:
     for i, m in enumerate(data.pop("methods", [])):
         check_keys(f"{where} [[methods]] #{i + 1}", m, [f.name for f in fields(MethodConfig)])
         if "name" not in m:
-            raise ConfigError(f"{where} [[methods]] #{i + 1} needs a `name` (e.g. name = \"cot\").")
+            raise ConfigError(f'{where} [[methods]] #{i + 1} needs a `name` (e.g. name = "cot").')
         methods.append(MethodConfig(**m))
     judge = parse_judge(data.pop("judge", None), where)
     return ExperimentSpec(datasets=datasets, methods=methods, judge=judge, **data)
@@ -145,8 +145,11 @@ def apply_overrides(spec: RunSpec, overrides: Mapping[str, Any]) -> None:
         elif key == "lm_options":
             spec.lm_options = {**spec.lm_options, **parse_lm_options(value)}
         elif key == "judge_lm":
-            spec.judge = JudgeConfig(lm=value, rubrics=spec.judge.rubrics if spec.judge else [],
-                                     verify=spec.judge.verify if spec.judge else True)
+            spec.judge = JudgeConfig(
+                lm=value,
+                rubrics=spec.judge.rubrics if spec.judge else [],
+                verify=spec.judge.verify if spec.judge else True,
+            )
         elif key == "role_lm_options":
             for r, opts in parse_role_lm_options(value).items():
                 spec.role_lm_options[r] = {**spec.role_lm_options.get(r, {}), **opts}
@@ -199,8 +202,10 @@ def parse_lm_options(value: Any, flag: str = "--lm-option") -> dict[str, Any]:
             out[key.strip()] = parse_value(raw.strip())
     secret = sorted(k for k in out if is_secret_key(k))
     if secret:
-        raise ConfigError(f"`{secret[0]}` cannot be set in a config or on the command line: API keys come from "
-                          "the environment only (e.g. OPENAI_API_KEY), so they never reach results or tracking.")
+        raise ConfigError(
+            f"`{secret[0]}` cannot be set in a config or on the command line: API keys come from "
+            "the environment only (e.g. OPENAI_API_KEY), so they never reach results or tracking."
+        )
     return out
 
 
@@ -211,7 +216,9 @@ def parse_role_lm_options(value: Any) -> dict[str, dict[str, Any]]:
     for item in value:
         role, sep, rest = str(item).partition(":")
         if not sep or not role.strip() or "=" not in rest:
-            raise ConfigError("`--role-lm-option` takes ROLE:KEY=VALUE (e.g. --role-lm-option "
-                              f"debater:api_base=http://127.0.0.1:8000/v1), got {item!r}.")
+            raise ConfigError(
+                "`--role-lm-option` takes ROLE:KEY=VALUE (e.g. --role-lm-option "
+                f"debater:api_base=http://127.0.0.1:8000/v1), got {item!r}."
+            )
         out.setdefault(role.strip(), {}).update(parse_lm_options([rest], "--role-lm-option"))
     return out

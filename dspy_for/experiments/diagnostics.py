@@ -60,6 +60,7 @@ def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
       (with the guard: after its one re-ask, and it then drops them, so none reaches the Defender; without
       it this equals the first-attempt rate).
     """
+
     def score(answer: dict[str, Any], gold: Any) -> bool:
         return bool(metric(dspy.Example(answer=gold), dspy.Prediction(**answer)))
 
@@ -83,8 +84,9 @@ def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
                 errors += bool(fields.get("error_found"))
                 if fields.get("kept_previous"):
                     kept += 1
-                    discarded = score({k: v for k, v in fields.items() if k in (answers[0] if answers else {})},
-                                      it.gold)
+                    discarded = score(
+                        {k: v for k, v in fields.items() if k in (answers[0] if answers else {})}, it.gold
+                    )
                     kept_right = score(answers[min(_answer_index(it, turn), len(answers) - 1)], it.gold)
                     kept_cost += discarded
                     kept_saved += kept_right and not discarded
@@ -108,5 +110,3 @@ def debate_diagnostics(items: list[Any], metric: Any) -> dict[str, Any]:
         "collapse_first_attempt": first[1] / first[0] if first[0] else 0.0,
         "collapse_after_reask": final[1] / final[0] if final[0] else 0.0,
     }
-
-

@@ -12,8 +12,16 @@ if TYPE_CHECKING:
     from dspy_for.experiments.records import MethodResult
 
 __all__ = [
-    "JUDGE_SCORES", "detail_lines", "error_lines", "figures", "judge_lines", "judge_summary", "legend", "rich_tables",
-    "summary_rows", "table_text",
+    "JUDGE_SCORES",
+    "detail_lines",
+    "error_lines",
+    "figures",
+    "judge_lines",
+    "judge_summary",
+    "legend",
+    "rich_tables",
+    "summary_rows",
+    "table_text",
 ]
 
 
@@ -26,15 +34,18 @@ def judge_summary(r: MethodResult, base: MethodResult | None) -> dict[str, Any]:
     bootstrap) with p; how often the rule decided because the judge failed; the judge's agreement with the
     dataset metric (Cohen's κ over the items it judged); and the judge's tokens per item (apart from the
     method's own)."""
-    judged = [i for i in r.scored if i.judge is not None]
+    judged = [(i.judge, i.score) for i in r.scored if i.judge is not None]
     if not judged:
         return {}
-    out: dict[str, Any] = {"n": len(judged), "fallbacks": sum(1 for i in judged if i.judge.get("method") == "rule"),
-                           "tokens_per_item": r.judge_usage.total.served_tokens / len(judged)}
-    by_judge = [i for i in judged if i.judge.get("method") == "judge"]
+    out: dict[str, Any] = {
+        "n": len(judged),
+        "fallbacks": sum(1 for verdict, _ in judged if verdict.get("method") == "rule"),
+        "tokens_per_item": r.judge_usage.total.served_tokens / len(judged),
+    }
+    by_judge = [(verdict, score) for verdict, score in judged if verdict.get("method") == "judge"]
     if by_judge:
-        agree = [bool(i.judge.get("correct")) for i in by_judge]
-        rule = [bool(i.score) for i in by_judge]
+        agree = [bool(verdict.get("correct")) for verdict, _ in by_judge]
+        rule = [bool(score) for _, score in by_judge]
         out["kappa"] = cohens_kappa(agree, rule)
         out["agreement"] = sum(a == b for a, b in zip(agree, rule, strict=True)) / len(by_judge)
         out["kappa_n"] = len(by_judge)
@@ -67,13 +78,24 @@ def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
         for label, r in by_label.items():
             acc, lo, hi = mean_with_ci(r.scores)
             row: dict[str, Any] = {
-                "dataset": dataset, "method": label, "n": r.n_scored, "failed": r.n_failed,
-                "unparsed": r.n_unparsed, "accuracy": acc if r.n_scored else None, "ci_low": lo, "ci_high": hi,
-                "tokens_per_item": r.tokens_per_item if r.n_scored else None, "calls_per_item": r.calls_per_item,
-                "wall_time": r.wall_time + r.reused_time, "reused_time": r.reused_time, "delta": None,
-                "p_value": None, "paired_n": 0,
+                "dataset": dataset,
+                "method": label,
+                "n": r.n_scored,
+                "failed": r.n_failed,
+                "unparsed": r.n_unparsed,
+                "accuracy": acc if r.n_scored else None,
+                "ci_low": lo,
+                "ci_high": hi,
+                "tokens_per_item": r.tokens_per_item if r.n_scored else None,
+                "calls_per_item": r.calls_per_item,
+                "wall_time": r.wall_time + r.reused_time,
+                "reused_time": r.reused_time,
+                "delta": None,
+                "p_value": None,
+                "paired_n": 0,
                 "tokens_per_item_by_role": {name: r.per_item("served_tokens", name) for name in r.usage.roles},
-                "stats": r.stats_mean, "errors": dict(r.error_counts()),
+                "stats": r.stats_mean,
+                "errors": dict(r.error_counts()),
             }
             judged = judge_summary(r, base if label != baseline else None)
             if judged:
@@ -83,8 +105,13 @@ def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
                 common = [k for k in mine if k in theirs]
                 if common:
                     paired = paired_comparison([mine[k] for k in common], [theirs[k] for k in common])
-                    row.update(delta=paired.diff, delta_low=paired.low, delta_high=paired.high,
-                               p_value=paired.p_value, paired_n=len(common))
+                    row.update(
+                        delta=paired.diff,
+                        delta_low=paired.low,
+                        delta_high=paired.high,
+                        p_value=paired.p_value,
+                        paired_n=len(common),
+                    )
             rows.append(row)
         for label, err in result.errors.get(dataset, {}).items():
             rows.append({"dataset": dataset, "method": label, "error": err})
@@ -122,9 +149,11 @@ def _fmt_row(row: dict[str, Any], baseline: str | None) -> list[str]:
 def legend(result: ComparisonResult) -> str:
     """What the columns mean, printed under each table."""
     rows = [r for r in result.rows if "error" not in r]
-    text = (f"n: scored items; acc: % with Wilson 95% CI; Δ: points vs {result.spec.baseline} on the items both "
-            "scored (exact McNemar p); tok/item: prompt+completion tokens per scored item, cache hits at their "
-            "original cost")
+    text = (
+        f"n: scored items; acc: % with Wilson 95% CI; Δ: points vs {result.spec.baseline} on the items both "
+        "scored (exact McNemar p); tok/item: prompt+completion tokens per scored item, cache hits at their "
+        "original cost"
+    )
     if any(r["failed"] for r in rows):
         text += "; +N✗: items that failed (LM errors), left out of accuracy and tokens"
     if any(r.get("reused_time") for r in rows):
@@ -141,7 +170,8 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
             continue
         roles = row.get("tokens_per_item_by_role") or {}
         line = f"{row['method']}: tokens/item by role: " + " · ".join(
-            f"{name} {value:,.0f}" for name, value in sorted(roles.items()))
+            f"{name} {value:,.0f}" for name, value in sorted(roles.items())
+        )
         line += f"; calls/item {row['calls_per_item']:.1f}"
         if row["unparsed"]:
             line += f"; unparsed {row['unparsed']} (scored wrong)"
@@ -185,12 +215,18 @@ def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
         if row["dataset"] != dataset or "judge" not in row:
             continue
         j = row["judge"]
-        deltas = [f"{s.split('.')[-1]} {(100 if s == 'judged_accuracy' else 1) * j[s]['delta']:+.2f} "
-                  f"(p={j[s]['p_value']:.2f})" for s in JUDGE_SCORES if s in j and "delta" in j[s]]
+        deltas = [
+            f"{s.split('.')[-1]} {(100 if s == 'judged_accuracy' else 1) * j[s]['delta']:+.2f} "
+            f"(p={j[s]['p_value']:.2f})"
+            for s in JUDGE_SCORES
+            if s in j and "delta" in j[s]
+        ]
         line = f"{row['method']}: judged {j['n']}"
         if "kappa" in j:
-            line += (f"; judge vs metric: agreement {100 * j['agreement']:.0f}%, Cohen's κ {j['kappa']:.2f} "
-                     f"(n={j['kappa_n']})")
+            line += (
+                f"; judge vs metric: agreement {100 * j['agreement']:.0f}%, Cohen's κ {j['kappa']:.2f} "
+                f"(n={j['kappa_n']})"
+            )
         if j["fallbacks"]:
             line += f"; judge failed on {j['fallbacks']} (the metric decided)"
         line += f"; judge tokens/item {j['tokens_per_item']:,.0f}"
@@ -199,8 +235,11 @@ def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
         lines.append(line)
     if lines and spec_judge is not None:
         lm = spec_judge.lm if isinstance(spec_judge.lm, str) else getattr(spec_judge.lm, "model", "judge")
-        lines.insert(0, f"judge: {lm}; quality scores in [0, 1] with bootstrap 95% CIs; a κ near 0 means the "
-                        "judge cannot read the answers and its scores say little")
+        lines.insert(
+            0,
+            f"judge: {lm}; quality scores in [0, 1] with bootstrap 95% CIs; a κ near 0 means the "
+            "judge cannot read the answers and its scores say little",
+        )
     return lines
 
 
@@ -274,8 +313,14 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
             if not r.n_scored:  # nothing measured: no point on the plot
                 continue
             acc, lo, hi = mean_with_ci(r.scores)
-            ax.errorbar([r.tokens_per_item], [acc], yerr=[[max(0.0, acc - lo)], [max(0.0, hi - acc)]], fmt="o",
-                        capsize=4, label=label)
+            ax.errorbar(
+                [r.tokens_per_item],
+                [acc],
+                yerr=[[max(0.0, acc - lo)], [max(0.0, hi - acc)]],
+                fmt="o",
+                capsize=4,
+                label=label,
+            )
             ax.annotate(label, (r.tokens_per_item, acc), textcoords="offset points", xytext=(5, 5), fontsize=8)
         ax.set_xlabel("tokens per item (prompt + completion, cold-cache cost)")
         ax.set_ylabel("accuracy (95% CI)")
@@ -290,11 +335,13 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
         for label, r in by_label.items():
             if not any(i.answers_by_round for i in r.scored):
                 continue
-            acc = round_accuracy(r.scored, metric)
+            by_round = round_accuracy(r.scored, metric)
             fig2, ax2 = plt.subplots(figsize=(5, 3.5))
-            xs = list(range(len(acc)))
-            yerr = [[max(0.0, a - lo) for a, lo, _ in acc], [max(0.0, hi - a) for a, _, hi in acc]]
-            ax2.errorbar(xs, [a for a, _, _ in acc], yerr=yerr, fmt="-o", capsize=4, label="Defender A_r (no Host)")
+            xs = list(range(len(by_round)))
+            yerr = [[max(0.0, a - lo) for a, lo, _ in by_round], [max(0.0, hi - a) for a, _, hi in by_round]]
+            ax2.errorbar(
+                xs, [a for a, _, _ in by_round], yerr=yerr, fmt="-o", capsize=4, label="Defender A_r (no Host)"
+            )
             final = mean_with_ci(r.scores)[0]
             ax2.axhline(final, color="gray", linestyle="--", label=f"{label} final")
             ax2.set_xticks(xs, [f"A{x}" for x in xs])
@@ -311,7 +358,9 @@ def _judge_figure(plt: Any, dataset: str, rows: list[dict[str, Any]]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / len(JUDGE_SCORES)
     for k, score in enumerate(JUDGE_SCORES):
-        xs, ys, err = [], [], [[], []]
+        xs: list[float] = []
+        ys: list[float] = []
+        err: list[list[float]] = [[], []]
         for i, row in enumerate(rows):
             e = row["judge"].get(score)
             if e:

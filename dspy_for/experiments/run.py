@@ -32,7 +32,7 @@ from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.records import ItemResult, MethodResult, ResultStore
 from dspy_for.experiments.spec import DatasetConfig, LMSpec, MethodConfig, RunSpec, prompts_fingerprint
 from dspy_for.lm import make_lm
-from dspy_for.lm.usage import Usage, role, track_usage
+from dspy_for.lm.usage import role, track_usage
 from dspy_for.metrics import RUBRICS, Judge, metric_for
 from dspy_for.optimizers import COMPILERS, compile_program
 from dspy_for.secrets import redact
@@ -70,18 +70,21 @@ class PreparedRun:
         return get_method(self.method.name).roles
 
 
-def load_examples(dataset: DatasetConfig, split: str | None = None, *, limit: int | None = None,
-                  first: int | None = None) -> list[dspy.Example]:
+def load_examples(
+    dataset: DatasetConfig, split: str | None = None, *, limit: int | None = None, first: int | None = None
+) -> list[dspy.Example]:
     """The items of ``dataset`` (or of another ``split`` of it): a seeded ``limit`` sample, then the ``first`` N."""
     d = dataset
-    examples = load_dataset(d.name, split or d.split, data_dir=d.data_dir, limit=limit if split else d.limit,
-                            seed=d.seed)
+    examples = load_dataset(
+        d.name, split or d.split, data_dir=d.data_dir, limit=limit if split else d.limit, seed=d.seed
+    )
     n = first if split else d.first
     return examples[:n] if n else examples
 
 
-def build_lms(spec: RunSpec, method: MethodConfig, temperature: float | None = None
-              ) -> tuple[dspy.BaseLM, dict[str, dspy.BaseLM]]:
+def build_lms(
+    spec: RunSpec, method: MethodConfig, temperature: float | None = None
+) -> tuple[dspy.BaseLM, dict[str, dspy.BaseLM]]:
     """The LM of every role of ``method`` (and the run's default LM), each built once per distinct setting."""
     built: dict[str, dspy.BaseLM] = {}
 
@@ -101,8 +104,14 @@ def build_lms(spec: RunSpec, method: MethodConfig, temperature: float | None = N
     return default, {r: make(spec.lm_for(r, method.role_lms), spec.lm_options_for(r)) for r in roles}
 
 
-def prepare_run(spec: RunSpec, dataset: DatasetConfig, method: MethodConfig, *,
-                examples: list[dspy.Example] | None = None, compile_dir: Path | None = None) -> PreparedRun:
+def prepare_run(
+    spec: RunSpec,
+    dataset: DatasetConfig,
+    method: MethodConfig,
+    *,
+    examples: list[dspy.Example] | None = None,
+    compile_dir: Path | None = None,
+) -> PreparedRun:
     """Build one method's run: its examples, metric, signature, LM per role, program and optional compile.
 
     ``examples`` (default: :func:`load_examples` of ``dataset``) may be passed when the caller has them.
@@ -117,20 +126,36 @@ def prepare_run(spec: RunSpec, dataset: DatasetConfig, method: MethodConfig, *,
     program = build_method(method.name, sig, lm=default, role_lms=role_lms, **options)
     key = spec.item_key(dataset, method, method.options, registered.roles, prompts_fingerprint(program))
     run = PreparedRun(
-        spec=spec, dataset=dataset, method=method, options=options,
+        spec=spec,
+        dataset=dataset,
+        method=method,
+        options=options,
         examples=examples if examples is not None else load_examples(dataset),
-        metric=metric, signature=sig, lm=default, role_lms=role_lms, program=program,
-        uses_labels=registered.uses_labels(options), key=key,
+        metric=metric,
+        signature=sig,
+        lm=default,
+        role_lms=role_lms,
+        program=program,
+        uses_labels=registered.uses_labels(options),
+        key=key,
     )
     if method.compile:
         run.program, run.compile_usage = _compile(run, compile_dir)
     if spec.judge is not None:
-        judge_lm = spec.judge.lm if isinstance(spec.judge.lm, dspy.BaseLM) else make_lm(
-            spec.judge.lm, max_tokens=spec.max_tokens, cache=spec.cache, **spec.lm_options_for("judge"))
+        judge_lm = (
+            spec.judge.lm
+            if isinstance(spec.judge.lm, dspy.BaseLM)
+            else make_lm(spec.judge.lm, max_tokens=spec.max_tokens, cache=spec.cache, **spec.lm_options_for("judge"))
+        )
         run.judge = Judge(judge_lm, fallback=metric, rubrics=spec.judge.rubrics or RUBRICS)
         # a verdict is reused only from this judge: the same LM and the same grading prompt
-        run.judge_name = json.dumps({**spec.role_settings(["judge"], {"judge": spec.judge.lm}),
-                                     "prompt": prompts_fingerprint(run.judge.predictor)}, sort_keys=True)
+        run.judge_name = json.dumps(
+            {
+                **spec.role_settings(["judge"], {"judge": spec.judge.lm}),
+                "prompt": prompts_fingerprint(run.judge.predictor),
+            },
+            sort_keys=True,
+        )
     return run
 
 
@@ -142,8 +167,9 @@ def compile_settings(method: MethodConfig) -> dict[str, Any]:
     cfg = dict(method.compile or {})
     kind = cfg.get("kind")
     if kind not in COMPILERS:
-        raise ConfigError(f"`compile` of method `{method.label}` needs `kind` = one of "
-                          f"{', '.join(COMPILERS)}, got {kind!r}.")
+        raise ConfigError(
+            f"`compile` of method `{method.label}` needs `kind` = one of {', '.join(COMPILERS)}, got {kind!r}."
+        )
     return cfg
 
 
@@ -161,11 +187,20 @@ def _compile(run: PreparedRun, compile_dir: Path | None) -> tuple[dspy.Module, d
     valset = load_examples(d, cfg.pop("valset", "val"))
     val_limit = cfg.pop("val_limit", None)
     if val_limit:
-        valset = valset[-int(val_limit):]
-    optimizer_lm = make_lm(cfg.pop("optimizer_lm", run.spec.lm), max_tokens=run.spec.max_tokens,
-                           **run.spec.lm_options_for("optimizer"))
-    result = compile_program(kind, run.program, trainset=trainset, valset=valset, metric=run.metric,
-                             seed=run.spec.seed, optimizer_lm=optimizer_lm, **cfg)
+        valset = valset[-int(val_limit) :]
+    optimizer_lm = make_lm(
+        cfg.pop("optimizer_lm", run.spec.lm), max_tokens=run.spec.max_tokens, **run.spec.lm_options_for("optimizer")
+    )
+    result = compile_program(
+        kind,
+        run.program,
+        trainset=trainset,
+        valset=valset,
+        metric=run.metric,
+        seed=run.spec.seed,
+        optimizer_lm=optimizer_lm,
+        **cfg,
+    )
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         result.program.save(str(cached))
@@ -191,8 +226,13 @@ class _ItemRunner(dspy.Module):
     """Runs the program on one item inside its own usage block and hands the outcome to ``on_outcome``;
     never raises (a failing item must not lose the others)."""
 
-    def __init__(self, program: dspy.Module, golds: list[dspy.Example], pass_labels: bool,
-                 on_outcome: Callable[[int, _Outcome], None]) -> None:
+    def __init__(
+        self,
+        program: dspy.Module,
+        golds: list[dspy.Example],
+        pass_labels: bool,
+        on_outcome: Callable[[int, _Outcome], None],
+    ) -> None:
         super().__init__()
         self.program = program
         self.golds, self.pass_labels, self.on_outcome = golds, pass_labels, on_outcome
@@ -218,9 +258,14 @@ class _ItemRunner(dspy.Module):
         return pred
 
 
-def evaluate(run: PreparedRun, examples: Iterable[dspy.Example] | None = None, *,
-             store: ResultStore | None = None, progress: bool = True, on_record: OnRecord | None = None,
-             ) -> MethodResult:
+def evaluate(
+    run: PreparedRun,
+    examples: Iterable[dspy.Example] | None = None,
+    *,
+    store: ResultStore | None = None,
+    progress: bool = True,
+    on_record: OnRecord | None = None,
+) -> MethodResult:
     """Run ``run.program`` on ``examples`` (default ``run.examples``) through ``dspy.Evaluate`` and return
     one record per item, in order. With ``store``, finished records are appended as they finish and items
     already in it (matched by content) are reused; ``on_record`` sees every new record as it finishes."""
@@ -249,15 +294,25 @@ def evaluate(run: PreparedRun, examples: Iterable[dspy.Example] | None = None, *
     start = time.perf_counter()
     scored: dict[str, float] = {}
     if todo:
-        devset = [dspy.Example(**ex.inputs(), _item=i).with_inputs(*ex.inputs().keys(), "_item")
-                  for i, ex in enumerate(todo)]
-        evaluator = dspy.Evaluate(devset=devset, metric=score, num_threads=run.spec.num_threads,
-                                  display_progress=progress, display_table=False, max_errors=len(devset) + 1,
-                                  failure_score=0.0, provide_traceback=False)
+        devset = [
+            dspy.Example(**ex.inputs(), _item=i).with_inputs(*ex.inputs().keys(), "_item") for i, ex in enumerate(todo)
+        ]
+        evaluator = dspy.Evaluate(
+            devset=devset,
+            metric=score,
+            num_threads=run.spec.num_threads,
+            display_progress=progress,
+            display_table=False,
+            max_errors=len(devset) + 1,
+            failure_score=0.0,
+            provide_traceback=False,
+        )
         with dspy.context(lm=run.lm):
             result = evaluator(_ItemRunner(run.program, todo, run.uses_labels, keep_outcome))
-        scored = {content_key(todo[int(ex["_item"])].get("question"), todo[int(ex["_item"])].get("answer")): s
-                  for ex, _, s in result.results}
+        scored = {
+            content_key(todo[int(ex["_item"])].get("question"), todo[int(ex["_item"])].get("answer")): s
+            for ex, _, s in result.results
+        }
     items = []
     for ex in examples:
         key = content_key(ex.get("question"), ex.get("answer"))
@@ -270,20 +325,19 @@ def evaluate(run: PreparedRun, examples: Iterable[dspy.Example] | None = None, *
     if run.judge is not None:
         items = _judge_items(run, items, store, progress)
     reused = sum(done[i.key].wall_time for i in items if i.key in done and i.key not in fresh)
-    return MethodResult(label=run.method.label, items=items, wall_time=time.perf_counter() - start,
-                        reused_time=reused)
+    return MethodResult(label=run.method.label, items=items, wall_time=time.perf_counter() - start, reused_time=reused)
 
 
 _SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}
 
 
-def _judge_items(run: PreparedRun, items: list[ItemResult], store: ResultStore | None, progress: bool
-                 ) -> list[ItemResult]:
+def _judge_items(
+    run: PreparedRun, items: list[ItemResult], store: ResultStore | None, progress: bool
+) -> list[ItemResult]:
     """Grade every scored item that has no verdict of this judge yet (fresh ones, and reused ones judged by
     no or another judge) — the method is not run again; the verdict and the judge's usage go to the store."""
     assert run.judge is not None
-    todo = [i for i, item in enumerate(items)
-            if not item.failed and (item.judge or {}).get("lm") != run.judge_name]
+    todo = [i for i, item in enumerate(items) if not item.failed and (item.judge or {}).get("lm") != run.judge_name]
     examples = {content_key(ex.get("question"), ex.get("answer")): ex for ex in run.examples}
     for n, i in enumerate(todo, start=1):
         item = items[i]
@@ -324,11 +378,19 @@ def _record(example: dspy.Example, pred: dspy.Prediction, outcome: _Outcome | No
             error, error_class = f"metric failed: {type(exc).__name__}: {exc}", type(exc).__name__
     stats = pred.get("stats") if error is None else None
     return ItemResult(
-        id=str(example.get("id")), question=str(example.get("question", "")), gold=example.get("answer"),
-        prediction=_jsonable_fields(pred), score=score, error=error, usage=outcome.usage,
-        trajectory=pred.get("trajectory"), answers_by_round=pred.get("answers_by_round"),
-        stats={k: float(v) for k, v in (stats or {}).items()}, wall_time=outcome.wall_time,
-        error_class=error_class, unparsed=outcome.unparsed,
+        id=str(example.get("id")),
+        question=str(example.get("question", "")),
+        gold=example.get("answer"),
+        prediction=_jsonable_fields(pred),
+        score=score,
+        error=error,
+        usage=outcome.usage,
+        trajectory=pred.get("trajectory"),
+        answers_by_round=pred.get("answers_by_round"),
+        stats={k: float(v) for k, v in (stats or {}).items()},
+        wall_time=outcome.wall_time,
+        error_class=error_class,
+        unparsed=outcome.unparsed,
     )
 
 

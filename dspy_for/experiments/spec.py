@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import dspy
 
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 DEFAULT_LM = "local/qwen2.5-coder-1.5b"
-LMSpec = str | dspy.BaseLM
+LMSpec: TypeAlias = str | dspy.BaseLM
 # options that change how a request travels, never what it returns: not part of any result key
 _TRANSPORT_OPTIONS = ("timeout", "num_retries")
 
@@ -128,7 +128,11 @@ class RunSpec:
 
     #: fields that change no result (left out of fingerprints and result keys)
     NOT_RESULTS: ClassVar[tuple[str, ...]] = (
-        "tracking_uri", "num_threads", "autolog", "experiment", "results_dir",
+        "tracking_uri",
+        "num_threads",
+        "autolog",
+        "experiment",
+        "results_dir",
     )
 
     # ------------------------------------------------------------------------------------- datasets
@@ -149,8 +153,9 @@ class RunSpec:
     def lm_options_for(self, role: str) -> dict[str, Any]:
         return {**self.lm_options, **self.role_lm_options.get(role, {})}
 
-    def role_settings(self, roles: Iterable[str], method_role_lms: Mapping[str, LMSpec] | None = None
-                      ) -> dict[str, Any]:
+    def role_settings(
+        self, roles: Iterable[str], method_role_lms: Mapping[str, LMSpec] | None = None
+    ) -> dict[str, Any]:
         """What decides each role's answers (for result keys): its LM and the options that change results."""
         out: dict[str, Any] = {}
         for r in roles:
@@ -198,8 +203,14 @@ class RunSpec:
                 d.pop(k, None)
         return _hash(d)
 
-    def item_key(self, dataset: DatasetConfig, method: MethodConfig, options: Mapping[str, Any],
-                 roles: Iterable[str], prompts: str = "") -> str:
+    def item_key(
+        self,
+        dataset: DatasetConfig,
+        method: MethodConfig,
+        options: Mapping[str, Any],
+        roles: Iterable[str],
+        prompts: str = "",
+    ) -> str:
         """Hash of what decides one item's result for ``method`` on ``dataset``: each role's LM and the
         options that change its answers, the options and compile settings, the prompts (``prompts``:
         :func:`prompts_fingerprint` of the built program), the dataset's name and split — but not how many
@@ -207,11 +218,21 @@ class RunSpec:
         results are stored under it and matched by each item's content, so a run grown from 10 to 50
         items only runs what is new, an edited data file re-runs exactly the changed items, and a role
         prompt edited in the library starts a fresh set of results instead of reusing stale ones."""
-        return _hash({
-            "roles": self.role_settings(roles, method.role_lms), "max_tokens": self.max_tokens, "seed": self.seed,
-            "cache": self.cache, "dataset": {"name": dataset.name, "split": dataset.split},
-            "method": {"name": method.name, "options": dict(options), "compile": method.compile, "prompts": prompts},
-        })
+        return _hash(
+            {
+                "roles": self.role_settings(roles, method.role_lms),
+                "max_tokens": self.max_tokens,
+                "seed": self.seed,
+                "cache": self.cache,
+                "dataset": {"name": dataset.name, "split": dataset.split},
+                "method": {
+                    "name": method.name,
+                    "options": dict(options),
+                    "compile": method.compile,
+                    "prompts": prompts,
+                },
+            }
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (LM objects described by :func:`describe_lm`, never copied)."""
@@ -297,14 +318,19 @@ def prompts_fingerprint(program: Any) -> str:
     parts = []
     for name, predictor in program.named_predictors():
         sig = predictor.signature
-        fields_ = [(k, str(f.annotation), str((f.json_schema_extra or {}).get("desc", "")))
-                   for k, f in sig.fields.items()]
-        parts.append({"name": name, "instructions": sig.instructions, "fields": fields_,
-                      "demos": [dict(d) for d in getattr(predictor, "demos", [])]})
+        fields_ = [
+            (k, str(f.annotation), str((f.json_schema_extra or {}).get("desc", ""))) for k, f in sig.fields.items()
+        ]
+        parts.append(
+            {
+                "name": name,
+                "instructions": sig.instructions,
+                "fields": fields_,
+                "demos": [dict(d) for d in getattr(predictor, "demos", [])],
+            }
+        )
     return _hash({"predictors": parts})
 
 
 def _hash(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-

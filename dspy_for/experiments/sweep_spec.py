@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dspy_for.errors import ConfigError
+from dspy_for.experiments.config import apply_overrides, parse_dataset, parse_judge, read_toml
 from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.search_space import (
     MethodChoice,
@@ -16,15 +17,20 @@ from dspy_for.experiments.search_space import (
     parse_method_choice,
     parse_search_space,
 )
-from dspy_for.experiments.config import apply_overrides, parse_dataset, parse_judge, read_toml
 from dspy_for.experiments.spec import DatasetConfig, MethodConfig, RunSpec
 from dspy_for.optimizers import COMPILERS
 
 __all__ = ["OBJECTIVES", "SweepSpec", "load_sweep_spec"]
 
 #: what a sweep can optimise, and in which direction; the judge's scores need a `[judge]` table
-OBJECTIVES = {"accuracy": "maximize", "tokens_per_item": "minimize", "judged_accuracy": "maximize",
-              "quality.reasoning": "maximize", "quality.coherence": "maximize", "quality.holistic": "maximize"}
+OBJECTIVES = {
+    "accuracy": "maximize",
+    "tokens_per_item": "minimize",
+    "judged_accuracy": "maximize",
+    "quality.reasoning": "maximize",
+    "quality.coherence": "maximize",
+    "quality.holistic": "maximize",
+}
 
 
 @dataclass(kw_only=True)
@@ -95,13 +101,16 @@ class SweepSpec(RunSpec):
         options = {**self.fixed_for(method), **{k: v for k, v in searched.items() if not k.startswith("compile.")}}
         compile_cfg = None
         if self.compile is not None:
-            compile_cfg = {**self.compile, **{k[len("compile."):]: v for k, v in searched.items()
-                                              if k.startswith("compile.")}}
+            compile_cfg = {
+                **self.compile,
+                **{k[len("compile.") :]: v for k, v in searched.items() if k.startswith("compile.")},
+            }
         return MethodConfig(name=method, label=label, options=options, compile=compile_cfg)
 
     def validate(self) -> SweepSpec:
         if not isinstance(self.method, str) and not (
-                isinstance(self.method, list) and all(isinstance(m, str) for m in self.method)):
+            isinstance(self.method, list) and all(isinstance(m, str) for m in self.method)
+        ):
             raise ConfigError(f"`method` must be a method name or a list of them, got {self.method!r}.")
         if self.compile is not None:
             if not isinstance(self.method, str):
@@ -113,8 +122,10 @@ class SweepSpec(RunSpec):
         if not isinstance(self.method, str):
             extra = sorted(set(self.fixed) - set(self.methods))
             if extra or not all(isinstance(v, dict) for v in self.fixed.values()):
-                raise ConfigError("With several methods, `[fixed]` has one table per method, e.g. "
-                                  f"[fixed.{self.methods[0]}]; got `{extra[0] if extra else self.fixed}`.")
+                raise ConfigError(
+                    "With several methods, `[fixed]` has one table per method, e.g. "
+                    f"[fixed.{self.methods[0]}]; got `{extra[0] if extra else self.fixed}`."
+                )
         for m in self.methods:
             get_method(m).validate_options(self.fixed_for(m))
         _check_range_ends(self, space)
@@ -122,12 +133,16 @@ class SweepSpec(RunSpec):
             space.validate_point(point)
         bad = [o for o in self.objectives if o not in OBJECTIVES]
         if bad or not 1 <= len(self.objectives) <= 2 or len(set(self.objectives)) != len(self.objectives):
-            raise ConfigError(f"`objectives` must be one or two distinct names of {', '.join(OBJECTIVES)} "
-                              f'(e.g. ["accuracy"] or ["quality.reasoning", "tokens_per_item"]), got {self.objectives!r}.')
+            raise ConfigError(
+                f"`objectives` must be one or two distinct names of {', '.join(OBJECTIVES)} "
+                f'(e.g. ["accuracy"] or ["quality.reasoning", "tokens_per_item"]), got {self.objectives!r}.'
+            )
         judged = [o for o in self.objectives if o.startswith(("quality.", "judged_"))]
         if judged and (self.judge is None or judged[0] not in self.judge.scores):
-            raise ConfigError(f"Objective `{judged[0]}` is a judge score: add a `[judge]` table (lm = \"...\") that "
-                              "gives it, or pass `--judge-lm SPEC`.")
+            raise ConfigError(
+                f'Objective `{judged[0]}` is a judge score: add a `[judge]` table (lm = "...") that '
+                "gives it, or pass `--judge-lm SPEC`."
+            )
         if self.sampler not in ("tpe", "nsga2", "random"):
             raise ConfigError(f"`sampler` must be 'tpe', 'nsga2' or 'random', got {self.sampler!r}.")
         if self.pruner not in ("median", "none"):
@@ -155,8 +170,9 @@ def _check_range_ends(spec: SweepSpec, space: SearchSpace | MethodChoice) -> Non
                     get_method(method).validate_options({**spec.fixed_for(method), p.name: value})
                 except ConfigError as exc:
                     where = f"[search.{method}.{p.name}]" if isinstance(space, MethodChoice) else f"[search.{p.name}]"
-                    raise ConfigError(f"{where} allows {p.name} = {value!r}, which method `{method}` refuses: "
-                                      f"{exc} Narrow the range.") from None
+                    raise ConfigError(
+                        f"{where} allows {p.name} = {value!r}, which method `{method}` refuses: {exc} Narrow the range."
+                    ) from None
 
 
 _KEYS = {f.name for f in fields(SweepSpec)}

@@ -47,8 +47,16 @@ from dspy_for.experiments.sweep_storage import (
     requeue_failed,
 )
 
-__all__ = ["SweepError", "SweepResult", "SweepSpec", "load_sweep_spec", "make_storage", "open_study", "run_study",
-           "sweep"]
+__all__ = [
+    "SweepError",
+    "SweepResult",
+    "SweepSpec",
+    "load_sweep_spec",
+    "make_storage",
+    "open_study",
+    "run_study",
+    "sweep",
+]
 
 logger = logging.getLogger("dspy_for.sweep")
 
@@ -66,17 +74,17 @@ class TrialFailed(RuntimeError):
 # ---------------------------------------------------------------------------------------- objective
 
 
-def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadline: float | None = None
-                      ) -> Objective:
+def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadline: float | None = None) -> Objective:
     """The real objective: the trial's method through the run path, evaluated chunk by chunk."""
     import optuna
 
     examples = load_examples(spec.dataset)
 
     def objective(trial: Any) -> Any:
-        method, _ = spec.suggest(trial)
-        run = prepare_run(spec, spec.dataset, spec.trial_method(trial.params, f"trial-{trial.number}"),
-                          examples=examples)
+        spec.suggest(trial)  # draws the trial's parameters into trial.params
+        run = prepare_run(
+            spec, spec.dataset, spec.trial_method(trial.params, f"trial-{trial.number}"), examples=examples
+        )
         if run.compile_usage is not None:
             total = run.compile_usage.get("total", {})
             trial.set_user_attr("compile_tokens", float(total.get("tokens", 0) + total.get("cached_tokens", 0)))
@@ -85,7 +93,7 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadlin
         for step, start in enumerate(range(0, len(examples), spec.chunk_size)):
             if deadline is not None and time.monotonic() > deadline:
                 raise TrialFailed(f"stopped by the sweep's timeout after {sum(r.n for r in results)} items")
-            results.append(evaluate(run, examples[start:start + spec.chunk_size], progress=False))
+            results.append(evaluate(run, examples[start : start + spec.chunk_size], progress=False))
             merged = _merge(results)
             _record_usage(trial, merged)
             if merged.n_failed:
@@ -93,8 +101,15 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadlin
                 raise TrialFailed(f"{merged.n_failed} item(s) failed: {errors[0][0]}")
             value = objective_value(merged, spec.objectives[0])
             trial.set_user_attr("intermediate", [*trial.user_attrs.get("intermediate", []), value])
-            logger.info("trial %d %s: %d/%d items, %s %.3f", trial.number, trial.params, merged.n,
-                        len(examples), spec.objectives[0], value)
+            logger.info(
+                "trial %d %s: %d/%d items, %s %.3f",
+                trial.number,
+                trial.params,
+                merged.n,
+                len(examples),
+                spec.objectives[0],
+                value,
+            )
             if not spec.multi:
                 trial.report(value, step)
                 if trial.should_prune():
@@ -121,8 +136,9 @@ def objective_value(result: MethodResult, objective: str) -> float:
 
 
 def _merge(results: list[MethodResult]) -> MethodResult:
-    return MethodResult(label="", items=[i for r in results for i in r.items],
-                        wall_time=sum(r.wall_time for r in results))
+    return MethodResult(
+        label="", items=[i for r in results for i in r.items], wall_time=sum(r.wall_time for r in results)
+    )
 
 
 def _record_usage(trial: Any, result: MethodResult) -> None:
@@ -136,8 +152,9 @@ def _record_usage(trial: Any, result: MethodResult) -> None:
     trial.set_user_attr("calls", total.calls)
 
 
-def _load_objective(spec: SweepSpec, objective_path: str | None, parent_run_id: str | None,
-                    deadline: float | None) -> Objective:
+def _load_objective(
+    spec: SweepSpec, objective_path: str | None, parent_run_id: str | None, deadline: float | None
+) -> Objective:
     if objective_path is None:
         return default_objective(spec, parent_run_id, deadline)
     module, _, name = objective_path.partition(":")
@@ -181,16 +198,29 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None, dead
         else:
             study.tell(trial, state=state)
         sweep_tracking.log_trial(spec, study, trial.number, parent_run_id, error=error)
-        logger.info("trial %d %s: %s, values %s, %.0f tokens/item", trial.number, trial.params, state.name,
-                    values, trial.user_attrs.get("tokens_per_item", 0.0))
+        logger.info(
+            "trial %d %s: %s, values %s, %.0f tokens/item",
+            trial.number,
+            trial.params,
+            state.name,
+            values,
+            trial.user_attrs.get("tokens_per_item", 0.0),
+        )
         failures = failures + 1 if state == optuna.trial.TrialState.FAIL else 0
         if failures >= spec.max_consecutive_failures:
-            raise SweepError(f"{failures} trials in a row failed, the last with: {error}. Fix the cause and run "
-                             "the same command again: failed trials are re-run on resume.")
+            raise SweepError(
+                f"{failures} trials in a row failed, the last with: {error}. Fix the cause and run "
+                "the same command again: failed trials are re-run on resume."
+            )
 
 
-def _worker_entry(spec: SweepSpec | dict[str, Any], objective_path: str | None, parent_run_id: str | None, cwd: str,
-                  deadline_in: float | None = None) -> None:
+def _worker_entry(
+    spec: SweepSpec | dict[str, Any],
+    objective_path: str | None,
+    parent_run_id: str | None,
+    cwd: str,
+    deadline_in: float | None = None,
+) -> None:
     """A worker process: ``spec`` is the SweepSpec (or its ``dataclasses.asdict``), ``deadline_in`` the seconds
     left of the sweep's timeout."""
     os.chdir(cwd)
@@ -217,8 +247,14 @@ def _spec_from_dict(d: dict[str, Any]) -> SweepSpec:
     return SweepSpec(**d)
 
 
-def run_study(spec: SweepSpec, *, workers: int = 1, objective_path: str | None = None,
-              parent_run_id: str | None = None, timeout: float | None = None) -> Any:
+def run_study(
+    spec: SweepSpec,
+    *,
+    workers: int = 1,
+    objective_path: str | None = None,
+    parent_run_id: str | None = None,
+    timeout: float | None = None,
+) -> Any:
     """Run the study with ``workers`` local processes (1: in this process). Returns the study."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"`workers` must be a positive integer, got {workers!r}.")
@@ -227,15 +263,19 @@ def run_study(spec: SweepSpec, *, workers: int = 1, objective_path: str | None =
         _work(spec, _load_objective(spec, objective_path, parent_run_id, deadline), parent_run_id, deadline)
         return open_study(spec)
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker_entry, args=(spec, objective_path, parent_run_id, os.getcwd(), timeout))
-             for _ in range(workers)]
+    procs = [
+        ctx.Process(target=_worker_entry, args=(spec, objective_path, parent_run_id, os.getcwd(), timeout))
+        for _ in range(workers)
+    ]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
     if any(p.exitcode == 3 for p in procs):
-        raise SweepError("a worker stopped after its trials kept failing (see the errors above); failed trials "
-                         "are re-run when the sweep is resumed.")
+        raise SweepError(
+            "a worker stopped after its trials kept failing (see the errors above); failed trials "
+            "are re-run when the sweep is resumed."
+        )
     return open_study(spec)
 
 
@@ -259,8 +299,15 @@ class SweepResult:
         return not self.counts.get("FAIL") and not (self.final_test or {}).get("failed")
 
 
-def sweep(config: SweepSpec | str | Path | None = None, *, workers: int = 1, final_test: bool = False,
-          objective_path: str | None = None, timeout: float | None = None, **overrides: Any) -> SweepResult:
+def sweep(
+    config: SweepSpec | str | Path | None = None,
+    *,
+    workers: int = 1,
+    final_test: bool = False,
+    objective_path: str | None = None,
+    timeout: float | None = None,
+    **overrides: Any,
+) -> SweepResult:
     """Run (or resume) a sweep; see the module docstring. ``overrides`` are the CLI flags' names; they apply
     and are validated whether a path or a :class:`SweepSpec` is given."""
     spec = load_sweep_spec(config, **overrides)
@@ -277,8 +324,7 @@ def sweep(config: SweepSpec | str | Path | None = None, *, workers: int = 1, fin
     requeue_failed(study)
     parent = sweep_tracking.start_parent(spec)
     try:
-        study = run_study(spec, workers=workers, objective_path=objective_path, parent_run_id=parent,
-                          timeout=timeout)
+        study = run_study(spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout)
     except SweepError:
         sweep_tracking.finish_parent(spec, open_study(spec), parent, None, status="FAILED")
         raise
@@ -303,16 +349,27 @@ def run_final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
 
         tracking.setup_tracking(spec.tracking_uri, spec.experiment)
         parents = MlflowClient().search_runs(  # the parent run sweep_tracking.start_parent made or reused
-            [tracking.experiment_id(spec.experiment)], max_results=1,
-            filter_string=f"tags.`dspy_for.study` = '{spec.study}' and tags.`dspy_for.kind` = 'sweep'")
+            [tracking.experiment_id(spec.experiment)],
+            max_results=1,
+            filter_string=f"tags.`dspy_for.study` = '{spec.study}' and tags.`dspy_for.kind` = 'sweep'",
+        )
         if parents:
             tracing.log_dataset(run, context="test", run_id=parents[0].info.run_id)
             tracing.log_item_traces(run, res, run_id=parents[0].info.run_id)
     except Exception as exc:
-        logger.warning("could not log the final test's items to MLflow: %s",
-                       tracking.redact(f"{type(exc).__name__}: {exc}"))
+        logger.warning(
+            "could not log the final test's items to MLflow: %s", tracking.redact(f"{type(exc).__name__}: {exc}")
+        )
     lo, hi = res.ci
-    return {"method": run.method.name, "params": best.params, "accuracy": res.accuracy, "ci_low": lo,
-            "ci_high": hi, "tokens_per_item": res.tokens_per_item, "n": res.n_scored, "failed": res.n_failed,
-            "unparsed": res.n_unparsed, "errors": dict(res.error_counts())}
-
+    return {
+        "method": run.method.name,
+        "params": best.params,
+        "accuracy": res.accuracy,
+        "ci_low": lo,
+        "ci_high": hi,
+        "tokens_per_item": res.tokens_per_item,
+        "n": res.n_scored,
+        "failed": res.n_failed,
+        "unparsed": res.n_unparsed,
+        "errors": dict(res.error_counts()),
+    }

@@ -22,12 +22,18 @@ from dspy_for.experiments.records import ResultStore
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _spec(tmp_path: Path, lm, methods=("cot",), first: int = 3, experiment: str = "conformance",
-          **kw) -> ExperimentSpec:
+def _spec(
+    tmp_path: Path, lm, methods=("cot",), first: int = 3, experiment: str = "conformance", **kw
+) -> ExperimentSpec:
     return ExperimentSpec(
-        lm=lm, datasets=[DatasetConfig("gsm8k", "sample", first=first)],
-        methods=[MethodConfig(m) for m in methods], tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db",
-        results_dir=str(tmp_path / "results" / experiment), experiment=experiment, **kw)
+        lm=lm,
+        datasets=[DatasetConfig("gsm8k", "sample", first=first)],
+        methods=[MethodConfig(m) for m in methods],
+        tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+        results_dir=str(tmp_path / "results" / experiment),
+        experiment=experiment,
+        **kw,
+    )
 
 
 def _all_bytes(root: Path) -> bytes:
@@ -58,10 +64,30 @@ def test_the_cli_prints_each_error_once_and_exits_non_zero(fault_server, tmp_pat
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     fault_server.set_fault("echo401")  # the endpoint echoes the key in its error body
-    args = ["compare", "--dataset", "gsm8k", "--split", "sample", "--first", "3", "--methods", "cot",
-            "--lm", "openai/test-model", "--lm-option", f"api_base={fault_server.base_url}",
-            "--lm-option", "num_retries=0", "--lm-option", "timeout=5", "--no-match-budget",
-            "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db", "--results-dir", str(tmp_path / "res")]
+    args = [
+        "compare",
+        "--dataset",
+        "gsm8k",
+        "--split",
+        "sample",
+        "--first",
+        "3",
+        "--methods",
+        "cot",
+        "--lm",
+        "openai/test-model",
+        "--lm-option",
+        f"api_base={fault_server.base_url}",
+        "--lm-option",
+        "num_retries=0",
+        "--lm-option",
+        "timeout=5",
+        "--no-match-budget",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+        "--results-dir",
+        str(tmp_path / "res"),
+    ]
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 1, out.output
     assert "3 item(s) failed: LMAuthError" in out.output.replace("\n", " ")
@@ -76,8 +102,9 @@ def test_a_failed_item_is_excluded_counted_and_retried_on_resume(fault_server, t
     fault_server.set_fault("503", times=1)
     first = compare(spec).results["gsm8k"]["cot"]
     assert (first.n_failed, first.n_scored) == (1, 2) and first.accuracy in (0.0, 0.5, 1.0)
-    assert first.tokens_per_item == pytest.approx(sum(
-        i.usage["total"]["prompt_tokens"] + i.usage["total"]["completion_tokens"] for i in first.scored) / 2)
+    assert first.tokens_per_item == pytest.approx(
+        sum(i.usage["total"]["prompt_tokens"] + i.usage["total"]["completion_tokens"] for i in first.scored) / 2
+    )
     before = len(fault_server.requests)
     second = compare(spec).results["gsm8k"]["cot"]
     assert second.n_failed == 0 and second.n_scored == 3
@@ -152,10 +179,16 @@ _CONCURRENT = textwrap.dedent("""
 
 def test_two_first_runs_at_once_both_succeed_and_never_run_an_item_twice(fault_server, tmp_path):
     code = _CONCURRENT.format(url=fault_server.base_url)
-    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": "sk-unused-by-the-test-server",
-           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DSPY_FOR_CACHE_DIR": str(tmp_path / "cache")}
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env, stderr=subprocess.PIPE)
-             for _ in range(2)]
+    env = {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OPENAI_API_KEY": "sk-unused-by-the-test-server",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "DSPY_FOR_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env, stderr=subprocess.PIPE) for _ in range(2)
+    ]
     errors = [p.communicate(timeout=240)[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     assert len(fault_server.requests) == 3  # each item once, across both runs
@@ -233,22 +266,43 @@ def test_the_sweep_timeout_ends_it_near_its_value_with_one_worker(fault_server, 
 
     fault_server.responder = slow
     start = time.monotonic()
-    result = sweep(_sweep_cfg(tmp_path, fault_server.base_url, study="t"), timeout=2.0,
-                   tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    result = sweep(
+        _sweep_cfg(tmp_path, fault_server.base_url, study="t"),
+        timeout=2.0,
+        tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+    )
     assert time.monotonic() - start < 30
     assert sum(result.counts.values()) < 50
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--lm", "local/no-such-model"], "no-such-model"),
-    (["--lm", "gpt-4.1-mini"], "no provider prefix"),
-    (["--role-lm", "critic=openai/x"], "has no role `critic`"),
-    (["--methods", "for", "--lm-option", "api_key=sk-xyz12345678"], "environment only"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lm", "local/no-such-model"], "no-such-model"),
+        (["--lm", "gpt-4.1-mini"], "no provider prefix"),
+        (["--role-lm", "critic=openai/x"], "has no role `critic`"),
+        (["--methods", "for", "--lm-option", "api_key=sk-xyz12345678"], "environment only"),
+    ],
+)
 def test_bad_compare_input_exits_2_before_any_call(fault_server, tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
-    out = CliRunner().invoke(app, ["compare", "--dataset", "gsm8k", "--split", "sample", "--first", "1",
-                                   "--methods", "cot", "--lm", "openai/test-model", *args])
+    out = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            "--dataset",
+            "gsm8k",
+            "--split",
+            "sample",
+            "--first",
+            "1",
+            "--methods",
+            "cot",
+            "--lm",
+            "openai/test-model",
+            *args,
+        ],
+    )
     assert out.exit_code == 2 and message in out.output.replace("\n", " "), out.output
     assert fault_server.requests == [] and not (tmp_path / "mlruns").exists()
 

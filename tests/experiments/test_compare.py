@@ -9,8 +9,8 @@ import pytest
 import dspy_for.experiments.run as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
-from dspy_for.experiments.report import table_text
 from dspy_for.experiments.config import load_spec
+from dspy_for.experiments.report import table_text
 from dspy_for.testing import ScriptedLM, system_text
 
 SECRET = "sk-test-THIS-IS-A-FAKE-KEY-1234567890"
@@ -21,8 +21,13 @@ def responder(messages, max_tokens):
     if "You are the Debater" in sys_text:
         return {"questions": ["How did you get 27?"]}
     if "asked questions about your previous answer" in sys_text:
-        return {"responses": ["I re-checked."], "error_found": "False", "error": "none", "reasoning": "36 - 9 = 27",
-                "answer": "27"}
+        return {
+            "responses": ["I re-checked."],
+            "error_found": "False",
+            "error": "none",
+            "reasoning": "36 - 9 = 27",
+            "answer": "27",
+        }
     return {"reasoning": "3 * 12 = 36; 36 - 9 = 27", "answer": "27"}
 
 
@@ -50,8 +55,11 @@ def scripted(monkeypatch, tmp_path):
     """Every LM the comparison builds is one scripted LM (with its DSPy cache on, in a temp dir)."""
     from dspy.clients.cache import Cache
 
-    monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="",
-                                             memory_max_entries=10_000))
+    monkeypatch.setattr(
+        dspy,
+        "cache",
+        Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10_000),
+    )
     lm = ScriptedLM(responder, cache=True)
     built = []
 
@@ -122,7 +130,7 @@ def test_killed_run_resumes_without_redoing_finished_items(scripted, tmp_path):
     compare(spec)
     (path,) = (tmp_path / "mlruns" / "compare" / "items" / "gsm8k" / "sample").glob("for_n1.*.jsonl")
     lines = path.read_text().splitlines()
-    path.write_text("\n".join(lines[:2]) + "\n{\"torn")  # killed mid-write
+    path.write_text("\n".join(lines[:2]) + '\n{"torn')  # killed mid-write
     from dspy.clients.cache import Cache
 
     dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10)
@@ -154,8 +162,14 @@ def test_growing_the_subset_or_adding_a_method_runs_only_what_is_new(scripted, t
     # a changed option is a different result: nothing of the old FOR items is reused for it
     dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10)
     before = len(scripted.calls)
-    compare(_write(tmp_path, CONFIG.replace("rounds = 1", "rounds = 1, host = false")), tracking_uri=uri,
-            first=3, methods="for_n1", baseline="for_n1", results_dir=str(results))
+    compare(
+        _write(tmp_path, CONFIG.replace("rounds = 1", "rounds = 1, host = false")),
+        tracking_uri=uri,
+        first=3,
+        methods="for_n1",
+        baseline="for_n1",
+        results_dir=str(results),
+    )
     assert len(scripted.calls) - before == 3 * 3  # defender, debater, revise per item; no Host
 
 
@@ -168,17 +182,14 @@ def test_an_edited_role_prompt_does_not_reuse_stored_results(scripted, tmp_path,
 
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     results = tmp_path / "results"
-    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1",
-            results_dir=str(results))
+    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1", results_dir=str(results))
     dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10)
     before = len(scripted.calls)
-    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1",
-            results_dir=str(results))
+    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1", results_dir=str(results))
     assert len(scripted.calls) == before  # same prompts: every item comes from results_dir
 
     monkeypatch.setattr(for_signatures.Debater, "__doc__", for_signatures.Debater.__doc__ + " Be brief.")
-    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1",
-            results_dir=str(results))
+    compare(_write(tmp_path), tracking_uri=uri, first=2, methods="for_n1", baseline="for_n1", results_dir=str(results))
     assert len(scripted.calls) > before
     assert len(list((results / "gsm8k" / "sample").glob("for_n1.*.jsonl"))) == 2
 
@@ -219,7 +230,9 @@ def test_failing_items_are_counted_not_fatal(scripted, tmp_path):
 
 def test_secrets_never_reach_the_tracking_directory(scripted, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    cfg = CONFIG.replace('lm = "openai/fake-model"', f'lm = "openai/fake-model"\nrole_lms = {{ host = "openai/{SECRET}" }}')
+    cfg = CONFIG.replace(
+        'lm = "openai/fake-model"', f'lm = "openai/fake-model"\nrole_lms = {{ host = "openai/{SECRET}" }}'
+    )
     compare(_write(tmp_path, cfg), tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     hits = []
     for path in (tmp_path / "mlruns").rglob("*"):
@@ -252,7 +265,8 @@ def test_flags_override_the_config(tmp_path):
 
 def test_matched_budget_sizes_baselines_from_for(scripted, tmp_path):
     cfg = CONFIG.replace('baseline = "cot"', 'baseline = "cot"\nmatch_budget = true').replace(
-        '[[methods]]\nname = "single"\n', '[[methods]]\nname = "self_consistency"\n[[methods]]\nname = "refine"\n')
+        '[[methods]]\nname = "single"\n', '[[methods]]\nname = "self_consistency"\n[[methods]]\nname = "refine"\n'
+    )
     result = compare(_write(tmp_path, cfg), tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     r = result.results["gsm8k"]
     ratio = r["for_n1"].tokens_per_item / r["cot"].tokens_per_item
@@ -262,16 +276,19 @@ def test_matched_budget_sizes_baselines_from_for(scripted, tmp_path):
     assert os.path.exists(result.plots[0])
 
 
-@pytest.mark.parametrize(("method", "options", "message"), [
-    ("for", "{ rounds = -1 }", "`rounds` must be an integer >= 0"),
-    ("for", "{ rounds = 1.5 }", "`rounds` must be an integer >= 0"),
-    ("prorefine", "{ k = 0 }", "`k` must be a positive integer"),
-    ("prorefine", "{ n = -2 }", "`n` must be a positive integer"),
-    ("refine", "{ N = 0 }", "`N` must be a positive integer"),
-    ("self_consistency", "{ k = 0 }", "`k` must be a positive integer"),
-    ("self_consistency", "{ temperature = -0.5 }", "`temperature` must be a number >= 0"),
-    ("cot", "{ temperature = -1 }", "`temperature` must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("method", "options", "message"),
+    [
+        ("for", "{ rounds = -1 }", "`rounds` must be an integer >= 0"),
+        ("for", "{ rounds = 1.5 }", "`rounds` must be an integer >= 0"),
+        ("prorefine", "{ k = 0 }", "`k` must be a positive integer"),
+        ("prorefine", "{ n = -2 }", "`n` must be a positive integer"),
+        ("refine", "{ N = 0 }", "`N` must be a positive integer"),
+        ("self_consistency", "{ k = 0 }", "`k` must be a positive integer"),
+        ("self_consistency", "{ temperature = -0.5 }", "`temperature` must be a number >= 0"),
+        ("cot", "{ temperature = -1 }", "`temperature` must be >= 0"),
+    ],
+)
 def test_bad_option_values_fail_before_anything_runs(tmp_path, method, options, message):
     cfg = CONFIG + f'[[methods]]\nname = "{method}"\nlabel = "bad"\noptions = {options}\n'
     with pytest.raises(ConfigError, match=message):

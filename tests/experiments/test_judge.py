@@ -51,8 +51,11 @@ def responder(messages, max_tokens):
 def scripted(monkeypatch, tmp_path):
     from dspy.clients.cache import Cache
 
-    monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="",
-                                             memory_max_entries=10_000))
+    monkeypatch.setattr(
+        dspy,
+        "cache",
+        Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10_000),
+    )
     lm = ScriptedLM(responder, cache=True)
     monkeypatch.setattr(run_mod, "make_lm", lambda spec, **options: lm)
     monkeypatch.chdir(tmp_path)
@@ -86,8 +89,9 @@ def test_compare_with_a_judge(scripted, tmp_path):
     assert j["n"] == 4 and j["fallbacks"] == 1 and j["kappa_n"] == 3
     assert j["quality.reasoning"]["mean"] == pytest.approx(0.9) and j["quality.reasoning"]["n"] == 3
     assert j["judged_accuracy"]["n"] == 4 and 0 <= j["judged_accuracy"]["low"] <= j["judged_accuracy"]["high"] <= 1
-    assert j["kappa"] == pytest.approx(cohens_kappa([True] * 3, [bool(i.score) for i in cot.items
-                                                                  if i.judge["method"] == "judge"]))
+    assert j["kappa"] == pytest.approx(
+        cohens_kappa([True] * 3, [bool(i.score) for i in cot.items if i.judge["method"] == "judge"])
+    )
     single = next(r for r in result.rows if r["method"] == "single")["judge"]
     assert single["quality.reasoning"]["mean"] == pytest.approx(0.2)  # no reasoning to read
     assert single["quality.reasoning"]["delta"] == pytest.approx(-0.7) and "p_value" in single["quality.reasoning"]
@@ -116,8 +120,9 @@ def test_a_judge_added_later_grades_stored_items_without_rerunning_the_method(sc
 def test_judge_lm_flag_and_bad_judge_configs(tmp_path):
     from dspy_for.experiments.config import load_spec
 
-    spec = load_spec(_write(tmp_path, CONFIG.replace('[judge]\nlm = "openai/judge-model"\n', "")),
-                     judge_lm="openai/other-judge")
+    spec = load_spec(
+        _write(tmp_path, CONFIG.replace('[judge]\nlm = "openai/judge-model"\n', "")), judge_lm="openai/other-judge"
+    )
     assert spec.judge is not None and spec.judge.lm == "openai/other-judge"
     with pytest.raises(ConfigError, match="Unknown rubric `style`"):
         load_spec(_write(tmp_path, CONFIG.replace('lm = "openai/judge-model"', 'lm = "openai/j"\nrubrics = ["style"]')))

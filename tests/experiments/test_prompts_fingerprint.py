@@ -17,54 +17,54 @@ from dspy_for.experiments.methods import build_method
 from dspy_for.experiments.spec import prompts_fingerprint
 
 FINGERPRINTS = [
-    ('cot', '{}', 'question -> answer: float', 'b7fe3c6b1759'),
-    ('cot', '{}', 'question -> answer: int', '4cd5300d0919'),
-    ('cot', '{}', 'question -> answer: str', '7405fbb2fc6f'),
-    ('for', '{"debater_mode": "free"}', 'question -> answer: float', '13f6d807e32d'),
-    ('for', '{"debater_mode": "free"}', 'question -> answer: int', 'ba6060327ce9'),
-    ('for', '{"debater_mode": "free"}', 'question -> answer: str', '221dcc1a4faa'),
-    ('for', '{"host": true, "rounds": 1}', 'question -> answer: float', '523ab975314d'),
-    ('for', '{"host": true, "rounds": 1}', 'question -> answer: int', 'fd9cd7454d5c'),
-    ('for', '{"host": true, "rounds": 1}', 'question -> answer: str', '6ce0bf9334e2'),
-    ('for', '{"host": true, "rounds": 3}', 'question -> answer: float', '523ab975314d'),
-    ('for', '{"host": true, "rounds": 3}', 'question -> answer: int', 'fd9cd7454d5c'),
-    ('for', '{"host": true, "rounds": 3}', 'question -> answer: str', '6ce0bf9334e2'),
-    ('for', '{"rounds": 1}', 'question -> answer: float', '523ab975314d'),
-    ('for', '{"rounds": 1}', 'question -> answer: int', 'fd9cd7454d5c'),
-    ('for', '{"rounds": 1}', 'question -> answer: str', '6ce0bf9334e2'),
-    ('for', '{"stop": "fixed"}', 'question -> answer: float', '523ab975314d'),
-    ('for', '{"stop": "fixed"}', 'question -> answer: int', 'fd9cd7454d5c'),
-    ('for', '{"stop": "fixed"}', 'question -> answer: str', '6ce0bf9334e2'),
-    ('for', '{}', 'question -> answer: float', '523ab975314d'),
-    ('for', '{}', 'question -> answer: int', 'fd9cd7454d5c'),
-    ('for', '{}', 'question -> answer: str', '6ce0bf9334e2'),
-    ('prorefine', '{"k": 32, "n": 2, "verifier": "llm"}', 'question -> answer: float', '0cbf8cee35c3'),
-    ('prorefine', '{"k": 32, "n": 2, "verifier": "llm"}', 'question -> answer: int', 'dd739ef51570'),
-    ('prorefine', '{"k": 32, "n": 2, "verifier": "llm"}', 'question -> answer: str', '7ce2b08706f0'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "llm"}', 'question -> answer: float', '0cbf8cee35c3'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "llm"}', 'question -> answer: int', 'dd739ef51570'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "llm"}', 'question -> answer: str', '7ce2b08706f0'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "none"}', 'question -> answer: float', '0cbf8cee35c3'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "none"}', 'question -> answer: int', 'dd739ef51570'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "none"}', 'question -> answer: str', '7ce2b08706f0'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "oracle"}', 'question -> answer: float', '0cbf8cee35c3'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "oracle"}', 'question -> answer: int', 'dd739ef51570'),
-    ('prorefine', '{"k": 32, "n": 4, "verifier": "oracle"}', 'question -> answer: str', '7ce2b08706f0'),
-    ('prorefine', '{"task_module": "predict"}', 'question -> answer: float', 'ee5c8a0d22fe'),
-    ('prorefine', '{"task_module": "predict"}', 'question -> answer: int', '8ec3abf1b068'),
-    ('prorefine', '{"task_module": "predict"}', 'question -> answer: str', 'ca2b976cb68d'),
-    ('prorefine', '{}', 'question -> answer: float', '0cbf8cee35c3'),
-    ('prorefine', '{}', 'question -> answer: int', 'dd739ef51570'),
-    ('prorefine', '{}', 'question -> answer: str', '7ce2b08706f0'),
-    ('refine', '{}', 'question -> answer: float', '27596970ed0d'),
-    ('refine', '{}', 'question -> answer: int', '34f1af293d97'),
-    ('refine', '{}', 'question -> answer: str', 'ed7f409da815'),
-    ('self_consistency', '{}', 'question -> answer: float', 'e9f8004ad9f2'),
-    ('self_consistency', '{}', 'question -> answer: int', '4b855050eb1e'),
-    ('self_consistency', '{}', 'question -> answer: str', '8c95e2d883a7'),
-    ('single', '{}', 'question -> answer: float', '77b73597193d'),
-    ('single', '{}', 'question -> answer: int', '22478bac4733'),
-    ('single', '{}', 'question -> answer: str', '2743b81e6654'),
+    ("cot", "{}", "question -> answer: float", "b7fe3c6b1759"),
+    ("cot", "{}", "question -> answer: int", "4cd5300d0919"),
+    ("cot", "{}", "question -> answer: str", "7405fbb2fc6f"),
+    ("for", '{"debater_mode": "free"}', "question -> answer: float", "13f6d807e32d"),
+    ("for", '{"debater_mode": "free"}', "question -> answer: int", "ba6060327ce9"),
+    ("for", '{"debater_mode": "free"}', "question -> answer: str", "221dcc1a4faa"),
+    ("for", '{"host": true, "rounds": 1}', "question -> answer: float", "523ab975314d"),
+    ("for", '{"host": true, "rounds": 1}', "question -> answer: int", "fd9cd7454d5c"),
+    ("for", '{"host": true, "rounds": 1}', "question -> answer: str", "6ce0bf9334e2"),
+    ("for", '{"host": true, "rounds": 3}', "question -> answer: float", "523ab975314d"),
+    ("for", '{"host": true, "rounds": 3}', "question -> answer: int", "fd9cd7454d5c"),
+    ("for", '{"host": true, "rounds": 3}', "question -> answer: str", "6ce0bf9334e2"),
+    ("for", '{"rounds": 1}', "question -> answer: float", "523ab975314d"),
+    ("for", '{"rounds": 1}', "question -> answer: int", "fd9cd7454d5c"),
+    ("for", '{"rounds": 1}', "question -> answer: str", "6ce0bf9334e2"),
+    ("for", '{"stop": "fixed"}', "question -> answer: float", "523ab975314d"),
+    ("for", '{"stop": "fixed"}', "question -> answer: int", "fd9cd7454d5c"),
+    ("for", '{"stop": "fixed"}', "question -> answer: str", "6ce0bf9334e2"),
+    ("for", "{}", "question -> answer: float", "523ab975314d"),
+    ("for", "{}", "question -> answer: int", "fd9cd7454d5c"),
+    ("for", "{}", "question -> answer: str", "6ce0bf9334e2"),
+    ("prorefine", '{"k": 32, "n": 2, "verifier": "llm"}', "question -> answer: float", "0cbf8cee35c3"),
+    ("prorefine", '{"k": 32, "n": 2, "verifier": "llm"}', "question -> answer: int", "dd739ef51570"),
+    ("prorefine", '{"k": 32, "n": 2, "verifier": "llm"}', "question -> answer: str", "7ce2b08706f0"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "llm"}', "question -> answer: float", "0cbf8cee35c3"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "llm"}', "question -> answer: int", "dd739ef51570"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "llm"}', "question -> answer: str", "7ce2b08706f0"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "none"}', "question -> answer: float", "0cbf8cee35c3"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "none"}', "question -> answer: int", "dd739ef51570"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "none"}', "question -> answer: str", "7ce2b08706f0"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "oracle"}', "question -> answer: float", "0cbf8cee35c3"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "oracle"}', "question -> answer: int", "dd739ef51570"),
+    ("prorefine", '{"k": 32, "n": 4, "verifier": "oracle"}', "question -> answer: str", "7ce2b08706f0"),
+    ("prorefine", '{"task_module": "predict"}', "question -> answer: float", "ee5c8a0d22fe"),
+    ("prorefine", '{"task_module": "predict"}', "question -> answer: int", "8ec3abf1b068"),
+    ("prorefine", '{"task_module": "predict"}', "question -> answer: str", "ca2b976cb68d"),
+    ("prorefine", "{}", "question -> answer: float", "0cbf8cee35c3"),
+    ("prorefine", "{}", "question -> answer: int", "dd739ef51570"),
+    ("prorefine", "{}", "question -> answer: str", "7ce2b08706f0"),
+    ("refine", "{}", "question -> answer: float", "27596970ed0d"),
+    ("refine", "{}", "question -> answer: int", "34f1af293d97"),
+    ("refine", "{}", "question -> answer: str", "ed7f409da815"),
+    ("self_consistency", "{}", "question -> answer: float", "e9f8004ad9f2"),
+    ("self_consistency", "{}", "question -> answer: int", "4b855050eb1e"),
+    ("self_consistency", "{}", "question -> answer: str", "8c95e2d883a7"),
+    ("single", "{}", "question -> answer: float", "77b73597193d"),
+    ("single", "{}", "question -> answer: int", "22478bac4733"),
+    ("single", "{}", "question -> answer: str", "2743b81e6654"),
 ]
 
 
@@ -77,24 +77,39 @@ def test_prompts_of_shipped_methods_are_unchanged(method, options, signature, ex
 # The committed per-item results of experiments/prorefine_measure.toml, as the run path names them: a change to
 # the result key, the prompts or the options would leave them unused (and re-run every stored measurement).
 COMMITTED = {
-    (None, "gsm8k"): ["cot.cce44f2b12be", "prorefine_none.6ebf899ed4f0", "prorefine_llm.b2bc630d04b5",
-                      "prorefine_oracle.ed9551a1d94b"],
-    (None, "bbh_object_counting"): ["cot.952c873d23ec", "prorefine_none.b90f4bec000b",
-                                    "prorefine_llm.66e40d15d782", "prorefine_oracle.b52b257d9545"],
-    ("task=local/qwen2.5-coder-1.5b", "gsm8k"): ["cot.477921c76af1", "prorefine_none.82908563f66b",
-                                                 "prorefine_llm.37a0b6187a1e", "prorefine_oracle.bda3dfdf0710"],
+    (None, "gsm8k"): [
+        "cot.cce44f2b12be",
+        "prorefine_none.6ebf899ed4f0",
+        "prorefine_llm.b2bc630d04b5",
+        "prorefine_oracle.ed9551a1d94b",
+    ],
+    (None, "bbh_object_counting"): [
+        "cot.952c873d23ec",
+        "prorefine_none.b90f4bec000b",
+        "prorefine_llm.66e40d15d782",
+        "prorefine_oracle.b52b257d9545",
+    ],
+    ("task=local/qwen2.5-coder-1.5b", "gsm8k"): [
+        "cot.477921c76af1",
+        "prorefine_none.82908563f66b",
+        "prorefine_llm.37a0b6187a1e",
+        "prorefine_oracle.bda3dfdf0710",
+    ],
     ("task=local/qwen2.5-coder-1.5b", "bbh_object_counting"): [
-        "cot.5cf9893bfb15", "prorefine_none.5dc96f502fcf", "prorefine_llm.555f46cc4283",
-        "prorefine_oracle.6d5d571981f5"],
+        "cot.5cf9893bfb15",
+        "prorefine_none.5dc96f502fcf",
+        "prorefine_llm.555f46cc4283",
+        "prorefine_oracle.6d5d571981f5",
+    ],
 }
 
 
 @pytest.mark.parametrize(("role_lm", "dataset"), list(COMMITTED))
 def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
     from dspy_for.datasets import signature_for
+    from dspy_for.experiments.config import load_spec
     from dspy_for.experiments.methods import get_method
     from dspy_for.experiments.records import ResultStore
-    from dspy_for.experiments.config import load_spec
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments/prorefine_measure.toml", role_lms=[role_lm] if role_lm else None)
@@ -102,7 +117,9 @@ def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
     names = []
     for m in spec.methods:
         program = build_method(m.name, signature_for(d.name), **m.options)  # no LM: prompts only
-        names.append(f"{m.label}.{spec.item_key(d, m, m.options, get_method(m.name).roles, prompts_fingerprint(program))}")
+        names.append(
+            f"{m.label}.{spec.item_key(d, m, m.options, get_method(m.name).roles, prompts_fingerprint(program))}"
+        )
     assert names == COMMITTED[(role_lm, dataset)]
     for name in names:
         path = root / "experiments/results/prorefine" / dataset / "val" / f"{name}.jsonl"

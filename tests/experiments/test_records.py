@@ -12,13 +12,17 @@ def _line(**kw):
 
 def test_store_matches_by_content_keeps_the_last_record_and_drops_failed_ones(tmp_path):
     path = tmp_path / "m.jsonl"
-    path.write_text("\n".join([
-        _line(),
-        _line(question="q2", error="LMServerError: down", error_class="LMServerError", score=0.0),
-        _line(question="q3", score=0.0),
-        _line(question="q3", score=1.0),  # a later record of the same item replaces the earlier one
-        '{"id": "torn',  # a killed run's half-written last line
-    ]))
+    path.write_text(
+        "\n".join(
+            [
+                _line(),
+                _line(question="q2", error="LMServerError: down", error_class="LMServerError", score=0.0),
+                _line(question="q3", score=0.0),
+                _line(question="q3", score=1.0),  # a later record of the same item replaces the earlier one
+                '{"id": "torn',  # a killed run's half-written last line
+            ]
+        )
+    )
     done = ResultStore(path).load()
     assert {i.question: i.score for i in done.values()} == {"q1": 1.0, "q3": 1.0}
     # the same question with another gold (an edited data file) is another item
@@ -38,7 +42,10 @@ def test_a_legacy_parse_error_record_is_an_unparsed_wrong_answer_not_a_failure(t
 def test_records_written_are_masked(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_SERVICE_API_KEY", "topsecret-value-123")
     store = ResultStore(tmp_path / "m.jsonl")
-    store.append(ItemResult.from_json(_line(error="401: key topsecret-value-123 / sk-abcdefghijklmnop rejected",
-                                            error_class="LMAuthError")))
+    store.append(
+        ItemResult.from_json(
+            _line(error="401: key topsecret-value-123 / sk-abcdefghijklmnop rejected", error_class="LMAuthError")
+        )
+    )
     text = (tmp_path / "m.jsonl").read_text()
     assert "topsecret-value-123" not in text and "sk-abcdefghijklmnop" not in text and "***" in text

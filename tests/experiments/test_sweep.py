@@ -100,8 +100,9 @@ def test_multi_objective_pareto_front(fake_lm, tmp_path):
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    result = sweep(_write(tmp_path, study="p", objectives='["accuracy", "tokens_per_item"]', sampler="nsga2"),
-                   tracking_uri=uri)
+    result = sweep(
+        _write(tmp_path, study="p", objectives='["accuracy", "tokens_per_item"]', sampler="nsga2"), tracking_uri=uri
+    )
     front = result.study.best_trials
     assert front and all(len(t.values) == 2 for t in front)
     # nothing on the front is dominated by another complete trial
@@ -110,8 +111,9 @@ def test_multi_objective_pareto_front(fake_lm, tmp_path):
             if o.values:
                 assert not (o.values[0] >= t.values[0] and o.values[1] <= t.values[1] and o.values != t.values)
     client = MlflowClient(uri)
-    parent = client.search_runs([client.get_experiment_by_name("sweeps").experiment_id],
-                                filter_string="tags.`dspy_for.kind` = 'sweep'")[0]
+    parent = client.search_runs(
+        [client.get_experiment_by_name("sweeps").experiment_id], filter_string="tags.`dspy_for.kind` = 'sweep'"
+    )[0]
     assert "pareto_front.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 
@@ -127,15 +129,19 @@ def test_repeated_configurations_cost_no_new_calls_with_the_cache(tmp_path, monk
     import dspy
     from dspy.clients.cache import Cache
 
-    monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="",
-                                             memory_max_entries=100_000))
+    monkeypatch.setattr(
+        dspy,
+        "cache",
+        Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=100_000),
+    )
     lm = ScriptedLM(responder, cache=True)
     monkeypatch.setattr(run_mod, "make_lm", lambda spec, **o: lm)
     monkeypatch.chdir(tmp_path)
     extra = ""
     p = tmp_path / "c.toml"
-    p.write_text(CONFIG.format(study="c", objectives='["accuracy"]', sampler="random").replace(
-        "high = 3", "high = 1") + extra)
+    p.write_text(
+        CONFIG.format(study="c", objectives='["accuracy"]', sampler="random").replace("high = 3", "high = 1") + extra
+    )
     result = sweep(p, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", n_trials=8)
     distinct = {tuple(sorted(t.params.items())) for t in result.study.trials}
     assert len(distinct) < 8  # configurations repeat over 8 trials of a 4-point space
@@ -153,7 +159,7 @@ def test_bad_sweep_configs(tmp_path):
     with pytest.raises(ConfigError, match="objectives"):
         load_sweep_spec(_write(tmp_path, objectives='["speed"]'))
     with pytest.raises(ConfigError, match="Unknown option `round`"):
-        load_sweep_spec(_write(tmp_path, extra="[search.round]\ntype = \"int\"\nlow = 0\nhigh = 1\n"))
+        load_sweep_spec(_write(tmp_path, extra='[search.round]\ntype = "int"\nlow = 0\nhigh = 1\n'))
 
 
 def _bad(tmp_path, text):
@@ -164,8 +170,9 @@ def _bad(tmp_path, text):
 
 def test_enqueued_baselines_run_first_and_once(fake_lm, tmp_path):
     cfg = _write(tmp_path, study="q")
-    text = cfg.read_text().replace('[dataset]', 'enqueue = [{ rounds = 3, host = true }, { rounds = 0, host = false }]'
-                                   '\n[dataset]', 1)
+    text = cfg.read_text().replace(
+        "[dataset]", "enqueue = [{ rounds = 3, host = true }, { rounds = 0, host = false }]\n[dataset]", 1
+    )
     cfg.write_text(text)
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     result = sweep(cfg, tracking_uri=uri, n_trials=3)
@@ -238,11 +245,13 @@ def test_several_methods_in_one_pareto_study(fake_lm, tmp_path):
 
 @pytest.mark.parametrize(
     ("edit", "message"),
-    [(("[fixed.for]", "[fixed.cot]\nrounds = 1\n[fixed.for]"), "Unknown option `rounds` for method `cot`"),
-     (("[search.for.rounds]", "[search.rounds]"), r"one table per method"),
-     (('{ method = "cot" }', '{ method = "refine" }'), "needs `method` = one of"),
-     (('method = ["for", "cot"]', 'method = ["for"]'), "at least two distinct methods"),
-     (('lm = "openai/fake"', 'lm = "openai/fake"\nrole_lms = { critic = "openai/x" }'), "has no role `critic`")],
+    [
+        (("[fixed.for]", "[fixed.cot]\nrounds = 1\n[fixed.for]"), "Unknown option `rounds` for method `cot`"),
+        (("[search.for.rounds]", "[search.rounds]"), r"one table per method"),
+        (('{ method = "cot" }', '{ method = "refine" }'), "needs `method` = one of"),
+        (('method = ["for", "cot"]', 'method = ["for"]'), "at least two distinct methods"),
+        (('lm = "openai/fake"', 'lm = "openai/fake"\nrole_lms = { critic = "openai/x" }'), "has no role `critic`"),
+    ],
 )
 def test_bad_multi_method_configs(tmp_path, edit, message):
     cfg = tmp_path / "bad.toml"
@@ -308,12 +317,17 @@ def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tm
     assert sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db").study.trials[0].value == 0.0
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda t: t.replace('compile = { kind = "textgrad"', 'compile = { kind = "adam"'), "`compile` needs `kind`"),
-    (lambda t: t.replace("[search.compile.batch_size]", "[search.compile.lr]"), "Unknown compile option `lr`"),
-    (lambda t: "\n".join(line for line in t.splitlines() if not line.startswith("compile =")),
-     "has no `compile` table"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace('compile = { kind = "textgrad"', 'compile = { kind = "adam"'), "`compile` needs `kind`"),
+        (lambda t: t.replace("[search.compile.batch_size]", "[search.compile.lr]"), "Unknown compile option `lr`"),
+        (
+            lambda t: "\n".join(line for line in t.splitlines() if not line.startswith("compile =")),
+            "has no `compile` table",
+        ),
+    ],
+)
 def test_bad_compile_sweep_configs(tmp_path, edit, message):
     with pytest.raises(ConfigError, match=message):
         load_sweep_spec(_bad(tmp_path, edit(TEXTGRAD_SWEEP)))
