@@ -6,6 +6,8 @@ in the style of Optuna's messages.
 
 from __future__ import annotations
 
+import importlib
+
 __all__ = [
     "ConfigError",
     "DatasetError",
@@ -59,8 +61,6 @@ def require(module: str, *, extra: str, package: str | None = None):
 
     >>> require("llama_cpp", extra="local")  # doctest: +SKIP
     """
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - exercised in tests with a fake module name

@@ -21,8 +21,15 @@ def usage_table(usage: Usage) -> Table:
         t.add_column(col, justify="left" if col == "role" else "right")
     rows = [*sorted(usage.roles.items()), ("total", usage.total)]
     for name, r in rows:
-        t.add_row(name, str(r.calls), str(r.cached_calls), str(r.prompt_tokens), str(r.completion_tokens),
-                  str(r.cached_tokens), f"{r.wall_time:.1f}")
+        t.add_row(
+            name,
+            str(r.calls),
+            str(r.cached_calls),
+            str(r.prompt_tokens),
+            str(r.completion_tokens),
+            str(r.cached_tokens),
+            f"{r.wall_time:.1f}",
+        )
     return t
 
 
@@ -38,8 +45,10 @@ def _render_for(console: Console, pred: Any) -> None:
             console.print(Panel(_fields(f), title=f"{who} · A0"))
         elif turn["type"] == "questions":
             bad = f.get("violations", {})
-            lines = [f"{'✗' if q in bad else '?'} {q}" + (f"  [red]({', '.join(bad[q])})[/]" if q in bad else "")
-                     for q in f.get("questions", [])]
+            lines = [
+                f"{'✗' if q in bad else '?'} {q}" + (f"  [red]({', '.join(bad[q])})[/]" if q in bad else "")
+                for q in f.get("questions", [])
+            ]
             title = f"{who} · round {turn['round']}" + (" · re-asked" if f.get("attempt") else "")
             console.print(Panel("\n".join(lines) or "(no questions)", title=title))
         elif turn["type"] == "revision":
@@ -57,10 +66,13 @@ def _render_prorefine(console: Console, pred: Any) -> None:
         prompt = step.get("prompt", "")
         diff = ""
         if previous is not None and step.get("new_prompt") is not None:
-            diff = "\n".join(difflib.unified_diff(prompt.splitlines(), step["new_prompt"].splitlines(),
-                                                  lineterm="", n=0))
-        body = (f"[bold]tokens so far:[/] {step.get('completion_tokens')} ({step.get('finish_reason')})\n"
-                f"[bold]partial output:[/] {step.get('output', '')}\n[bold]feedback:[/] {step.get('feedback', '')}")
+            diff = "\n".join(
+                difflib.unified_diff(prompt.splitlines(), step["new_prompt"].splitlines(), lineterm="", n=0)
+            )
+        body = (
+            f"[bold]tokens so far:[/] {step.get('completion_tokens')} ({step.get('finish_reason')})\n"
+            f"[bold]partial output:[/] {step.get('output', '')}\n[bold]feedback:[/] {step.get('feedback', '')}"
+        )
         if diff:
             body += f"\n[bold]prompt diff:[/]\n{diff}"
         console.print(Panel(body, title=f"step {step.get('step')}"))
@@ -80,8 +92,20 @@ def render_result(console: Console, method: str, pred: Any, usage: Usage, *, gol
         renderer(console, pred)
     elif pred.get("reasoning"):
         console.print(Panel(str(pred.get("reasoning")), title="reasoning"))
-    outputs = {k: v for k, v in pred.items()
-               if k not in ("reasoning", "trajectory", "usage", "stats", "answers_by_round", "rounds_used",
-                            "role_collapse", "refined_prompt")}
+    outputs = {
+        k: v
+        for k, v in pred.items()
+        if k
+        not in (
+            "reasoning",
+            "trajectory",
+            "usage",
+            "stats",
+            "answers_by_round",
+            "rounds_used",
+            "role_collapse",
+            "refined_prompt",
+        )
+    }
     console.print(Panel(_fields(outputs), title="answer" + (f" (gold: {gold:g})" if isinstance(gold, float) else "")))
     console.print(usage_table(usage))

@@ -77,8 +77,9 @@ def test_feedback_metric_for_gepa():
     assert bad.score == 0.0 and "6" in bad.feedback and "2+3=5" in bad.feedback
 
 
-@pytest.mark.parametrize(("text", "letter"), [("C", "C"), ("The answer is (C).", "C"), ("B) 12", "B"),
-                                              ("answer: e", "E"), ("none", None)])
+@pytest.mark.parametrize(
+    ("text", "letter"), [("C", "C"), ("The answer is (C).", "C"), ("B) 12", "B"), ("answer: e", "E"), ("none", None)]
+)
 def test_extract_choice(text, letter):
     assert extract_choice(text) == letter
 
@@ -89,7 +90,9 @@ def test_other_metrics():
     assert integer_match(dspy.Example(answer=7), dspy.Prediction(answer="There are 7 objects."))
     assert not integer_match(dspy.Example(answer=7), dspy.Prediction(answer="7.5"))
     assert word_sort_match(dspy.Example(answer="apple banana cherry"), dspy.Prediction(answer="Apple, banana,  cherry"))
-    assert not word_sort_match(dspy.Example(answer="apple banana cherry"), dspy.Prediction(answer="banana apple cherry"))
+    assert not word_sort_match(
+        dspy.Example(answer="apple banana cherry"), dspy.Prediction(answer="banana apple cherry")
+    )
     assert metric_for("gsm8k") is numeric_match and metric_for("aqua") is choice_match
 
 

@@ -23,6 +23,11 @@ import dspy
 from dspy.clients.cache import Cache
 from dspy.utils.callback import BaseCallback
 
+try:
+    from dspy.clients._deprecation import adapter_message_call as _adapter_message_call
+except ImportError:  # pragma: no cover - DSPy without the 3.4 migration shim
+    _adapter_message_call = None
+
 __all__ = [
     "SUPPORTED_DSPY",
     "UnsupportedDSPyError",
@@ -46,11 +51,9 @@ class UnsupportedDSPyError(RuntimeError):
 
 def call_with_messages(lm: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
     """``lm(messages=messages, **kwargs)`` as DSPy's adapters make it (no deprecation warning)."""
-    try:
-        from dspy.clients._deprecation import adapter_message_call
-    except ImportError:  # pragma: no cover - DSPy without the 3.4 migration shim
+    if _adapter_message_call is None:  # pragma: no cover - DSPy without the 3.4 migration shim
         return lm(messages=messages, **kwargs)
-    with adapter_message_call(lm, messages):
+    with _adapter_message_call(lm, messages):
         return lm(messages=messages, **kwargs)
 
 

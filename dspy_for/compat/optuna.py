@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspy_for.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    from optuna.storages._heartbeat import BaseHeartbeatThread
 
 __all__ = ["check_supported", "heartbeat", "storage_of", "trial_id"]
 
@@ -51,7 +53,7 @@ def trial_id(trial: Any) -> int:
     return int(trial._trial_id)
 
 
-def heartbeat(trial: Any, study: Any) -> AbstractContextManager[Any]:
+def heartbeat(trial: Any, study: Any) -> BaseHeartbeatThread:
     """A context manager that keeps ``trial``'s heartbeat alive (RDB storages with heartbeats; else no-op)."""
     from optuna.storages._heartbeat import get_heartbeat_thread
 

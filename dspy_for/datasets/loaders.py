@@ -58,28 +58,45 @@ _SIGNATURES = {
 
 DATASETS: dict[str, DatasetInfo] = {
     "gsm8k": DatasetInfo(
-        "gsm8k", ("train", "val", "test", "sample"), "numeric_match", "float",
+        "gsm8k",
+        ("train", "val", "test", "sample"),
+        "numeric_match",
+        "float",
         "gsm8k/train.jsonl, gsm8k/test.jsonl",
         "Grade-school math. DSPy/TextGrad split: official train shuffled with random.Random(0); "
         "train = first 200, val = next 300; test = official 1,319 (shuffled the same way). "
         "`sample`: 45 GSM8K-style problems bundled with dspy-for.",
     ),
     "bbh_object_counting": DatasetInfo(
-        "bbh_object_counting", ("train", "val", "test"), "integer_match", "int",
-        "bbh/object_counting.json", "BIG-Bench Hard object counting; TextGrad split [:50] / [50:150] / [150:].",
+        "bbh_object_counting",
+        ("train", "val", "test"),
+        "integer_match",
+        "int",
+        "bbh/object_counting.json",
+        "BIG-Bench Hard object counting; TextGrad split [:50] / [50:150] / [150:].",
     ),
     "bbh_word_sorting": DatasetInfo(
-        "bbh_word_sorting", ("train", "val", "test"), "word_sort_match", "str",
-        "bbh/word_sorting.json", "BIG-Bench Hard word sorting; TextGrad split [:50] / [50:150] / [150:].",
+        "bbh_word_sorting",
+        ("train", "val", "test"),
+        "word_sort_match",
+        "str",
+        "bbh/word_sorting.json",
+        "BIG-Bench Hard word sorting; TextGrad split [:50] / [50:150] / [150:].",
     ),
     "svamp": DatasetInfo(
-        "svamp", ("train", "val", "test"), "numeric_match", "float",
+        "svamp",
+        ("train", "val", "test"),
+        "numeric_match",
+        "float",
         "svamp/SVAMP.json",
         "SVAMP, 1,000 problems, text = Body + ' ' + Question. No official split exists: shuffled with "
         "random.Random(0); train = first 200, val = next 300, test = all 1,000 (the papers report on all).",
     ),
     "aqua": DatasetInfo(
-        "aqua", ("train", "val", "test"), "choice_match", "str (A-E)",
+        "aqua",
+        ("train", "val", "test"),
+        "choice_match",
+        "str (A-E)",
         "aqua/train.json, aqua/dev.json, aqua/test.json",
         "AQuA-RAT multiple choice. val = official dev (254), test = official test (254), train = official "
         "train (97,467; hub or a local train.json).",
@@ -137,8 +154,9 @@ def load_dataset(
         raise DatasetError(f"`limit` must be a positive integer or None, got {limit!r}.")
     rows, source = _load_rows(info.name, split, data_dir)
     examples = [
-        dspy.Example(**row, id=f"{info.name}/{split}/{i}", split=split, source=source, dataset=info.name)
-        .with_inputs("question")
+        dspy.Example(**row, id=f"{info.name}/{split}/{i}", split=split, source=source, dataset=info.name).with_inputs(
+            "question"
+        )
         for i, row in enumerate(rows)
     ]
     if limit is not None and limit < len(examples):
@@ -347,8 +365,13 @@ def _svamp_rows(rows: list[dict], split: str, where: str) -> list[dict]:
             answer = float(_field(row, "Answer", where, i + 1))
         except (TypeError, ValueError):
             raise DatasetError(f"{where}, item {i + 1}: field `Answer` is not a number.") from None
-        out.append({"question": f"{str(body).strip()} {str(question).strip()}", "answer": answer,
-                    "gold_solution": str(row.get("Equation", ""))})
+        out.append(
+            {
+                "question": f"{str(body).strip()} {str(question).strip()}",
+                "answer": answer,
+                "gold_solution": str(row.get("Equation", "")),
+            }
+        )
     if split == "test":
         return out
     shuffled = list(out)
@@ -383,8 +406,12 @@ def _aqua_row(row: dict, where: str, line: int | str) -> dict:
     if not isinstance(options, list) or len(options) < 2:
         raise DatasetError(f"{where}, line {line}: field `options` must be a list of choices like 'A)12'.")
     text = f"{str(question).strip()}\nOptions: " + " ".join(str(o) for o in options)
-    return {"question": text, "answer": correct, "options": list(options),
-            "gold_solution": str(row.get("rationale", ""))}
+    return {
+        "question": text,
+        "answer": correct,
+        "options": list(options),
+        "gold_solution": str(row.get("rationale", "")),
+    }
 
 
 def _aqua_local(directory: Path, split: str) -> list[dict]:

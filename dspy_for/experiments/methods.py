@@ -63,9 +63,7 @@ class MethodSpec:
         unknown = sorted(set(own) - set(self.defaults))
         if unknown:
             allowed = ", ".join(sorted([*self.defaults, *(o for o in LM_OPTIONS if o not in self.defaults)]))
-            raise ConfigError(
-                f"Unknown option `{unknown[0]}` for method `{self.name}`. Options it accepts: {allowed}."
-            )
+            raise ConfigError(f"Unknown option `{unknown[0]}` for method `{self.name}`. Options it accepts: {allowed}.")
         if temperature is not None and temperature < 0:
             raise ConfigError(f"`temperature` must be >= 0, got {temperature!r}.")
         merged = {**self.defaults, **own}
@@ -101,9 +99,7 @@ def get_method(name: str) -> MethodSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ConfigError(
-            f"Unknown method `{name}`. Choose one of: {', '.join(sorted(_REGISTRY))}."
-        ) from None
+        raise ConfigError(f"Unknown method `{name}`. Choose one of: {', '.join(sorted(_REGISTRY))}.") from None
 
 
 def list_methods() -> list[MethodSpec]:
@@ -164,8 +160,15 @@ register_method(
         description="FOR-Prompting: Defender answers, Debater asks questions only, optional Host synthesizes.",
         factory=_for_factory,
         roles=("defender", "debater", "host"),
-        defaults={"rounds": 1, "host": True, "stop": "fixed", "patience": 1, "token_budget": None,
-                  "debater_mode": "questions", "guard": True},
+        defaults={
+            "rounds": 1,
+            "host": True,
+            "stop": "fixed",
+            "patience": 1,
+            "token_budget": None,
+            "debater_mode": "questions",
+            "guard": True,
+        },
     )
 )
 
@@ -185,8 +188,9 @@ def _refine_factory(sig: Any, lms: Mapping[str, Any], *, N: int, threshold: floa
         raise ConfigError(f"`N` must be a positive integer (attempts), got {N!r}.")
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
         raise ConfigError(f"`threshold` must be a number, got {threshold!r}.")
-    return _with_lm(dspy.Refine(dspy.ChainOfThought(sig), N=N, reward_fn=_answer_parses, threshold=threshold),
-                    lms["task"])
+    return _with_lm(
+        dspy.Refine(dspy.ChainOfThought(sig), N=N, reward_fn=_answer_parses, threshold=threshold), lms["task"]
+    )
 
 
 register_method(
@@ -208,8 +212,14 @@ register_method(
 
 
 def _prorefine_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
-    return ProRefine(sig, task_lm=lms["task"], feedback_lm=lms["feedback"], optimizer_lm=lms["optimizer"],
-                     verifier_lm=lms["verifier"], **options)
+    return ProRefine(
+        sig,
+        task_lm=lms["task"],
+        feedback_lm=lms["feedback"],
+        optimizer_lm=lms["optimizer"],
+        verifier_lm=lms["verifier"],
+        **options,
+    )
 
 
 register_method(

@@ -25,9 +25,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_for.errors import ConfigError
+from dspy_for.experiments.methods import get_method
 
-__all__ = ["COMPILE_OPTIONS", "MethodChoice", "Param", "SearchSpace", "flatten_point", "parse_method_choice",
-           "parse_search_space"]
+__all__ = [
+    "COMPILE_OPTIONS",
+    "MethodChoice",
+    "Param",
+    "SearchSpace",
+    "flatten_point",
+    "parse_method_choice",
+    "parse_search_space",
+]
 
 EXTRA_OPTIONS = ("temperature",)
 # the compile options a sweep may search, per optimizer kind (dspy_for.optimizers.compile_program)
@@ -61,12 +69,20 @@ class Param:
     log: bool = False
     choices: tuple[Any, ...] = ()
 
+    def _range(self) -> tuple[float, float]:
+        """``(low, high)`` of an int or float parameter (:func:`parse_search_space` always sets both)."""
+        if self.low is None or self.high is None:
+            raise ConfigError(f"`{self.name}` is a {self.type} parameter without `low` and `high`: set both.")
+        return self.low, self.high
+
     def suggest(self, trial: Any, key: str | None = None) -> Any:
         key = key or self.name
         if self.type == "int":
-            return trial.suggest_int(key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+            low, high = self._range()
+            return trial.suggest_int(key, int(low), int(high), step=int(self.step or 1), log=self.log)
         if self.type == "float":
-            return trial.suggest_float(key, float(self.low), float(self.high), step=self.step, log=self.log)
+            low, high = self._range()
+            return trial.suggest_float(key, float(low), float(high), step=self.step, log=self.log)
         return trial.suggest_categorical(key, list(self.choices))
 
     def contains(self, value: Any) -> bool:
@@ -76,9 +92,10 @@ class Param:
             return False
         if self.type == "int" and not isinstance(value, int):
             return False
-        inside = float(self.low) <= value <= float(self.high)
+        low, high = self._range()
+        inside = float(low) <= value <= float(high)
         if inside and self.step:
-            q = (value - float(self.low)) / float(self.step)
+            q = (value - float(low)) / float(self.step)
             inside = abs(q - round(q)) < 1e-9
         return inside
 
@@ -100,47 +117,59 @@ class SearchSpace:
         names = set(self.names)
         if set(point) != names:
             missing, extra = sorted(names - set(point)), sorted(set(point) - names)
-            raise ConfigError(f"`{where}` entry {dict(point)!r} must set exactly the searched options "
-                              f"{sorted(names)} (missing {missing}, not searched {extra}); put options that "
-                              "are not searched under `fixed`.")
+            raise ConfigError(
+                f"`{where}` entry {dict(point)!r} must set exactly the searched options "
+                f"{sorted(names)} (missing {missing}, not searched {extra}); put options that "
+                "are not searched under `fixed`."
+            )
         for p in self.params:
             if not p.contains(point[p.name]):
                 rng = list(p.choices) if p.type == "categorical" else f"[{p.low}, {p.high}] step {p.step or 1}"
-                raise ConfigError(f"`{where}` sets `{p.name}` = {point[p.name]!r}, outside its search range "
-                                  f"{rng}. Widen `[search.{p.name}]` or fix the value.")
+                raise ConfigError(
+                    f"`{where}` sets `{p.name}` = {point[p.name]!r}, outside its search range "
+                    f"{rng}. Widen `[search.{p.name}]` or fix the value."
+                )
         return dict(point)
 
 
 def parse_search_space(method: str, search: Mapping[str, Any], compile_kind: str | None = None) -> SearchSpace:
     """Validate ``search`` against method ``method``'s options; raise :class:`ConfigError` with the fix."""
-    from dspy_for.experiments.methods import get_method
-
     allowed = set(get_method(method).defaults) | set(EXTRA_OPTIONS)
     if not search:
-        raise ConfigError("The sweep has no `[search]` table: add at least one option to search, e.g. "
-                          "[search.rounds] with type = \"int\", low = 0, high = 4.")
+        raise ConfigError(
+            "The sweep has no `[search]` table: add at least one option to search, e.g. "
+            '[search.rounds] with type = "int", low = 0, high = 4.'
+        )
     search = dict(search)
     compile_search = search.pop("compile", None)
     if compile_search is not None:
         if compile_kind is None:
-            raise ConfigError("`[search.compile.*]` searches compile options, but the sweep has no `compile` "
-                              "table: add e.g. compile = { kind = \"textgrad\", trainset = \"train\" }.")
+            raise ConfigError(
+                "`[search.compile.*]` searches compile options, but the sweep has no `compile` "
+                'table: add e.g. compile = { kind = "textgrad", trainset = "train" }.'
+            )
         if not isinstance(compile_search, Mapping) or not all(isinstance(v, Mapping) for v in compile_search.values()):
-            raise ConfigError("`[search.compile]` must hold one table per compile option, e.g. "
-                              "[search.compile.steps_per_epoch] with type, low, high.")
+            raise ConfigError(
+                "`[search.compile]` must hold one table per compile option, e.g. "
+                "[search.compile.steps_per_epoch] with type, low, high."
+            )
         known = COMPILE_OPTIONS.get(compile_kind, ())
         for name, spec in compile_search.items():
             if name not in known:
-                raise ConfigError(f"Unknown compile option `{name}` in [search.compile.{name}] for compile kind "
-                                  f"`{compile_kind}`. Searchable: {', '.join(known) or 'none'}.")
+                raise ConfigError(
+                    f"Unknown compile option `{name}` in [search.compile.{name}] for compile kind "
+                    f"`{compile_kind}`. Searchable: {', '.join(known) or 'none'}."
+                )
             search[f"compile.{name}"] = spec
             allowed.add(f"compile.{name}")
     params = []
     for name, spec in search.items():
         where = f"[search.{name}]"
         if name not in allowed:
-            raise ConfigError(f"Unknown option `{name}` in {where} for method `{method}`. "
-                              f"Searchable options: {', '.join(sorted(allowed))}.")
+            raise ConfigError(
+                f"Unknown option `{name}` in {where} for method `{method}`. "
+                f"Searchable options: {', '.join(sorted(allowed))}."
+            )
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{where} must be a table with `type` and its bounds or `choices`.")
         kind = spec.get("type")
@@ -172,7 +201,7 @@ def parse_search_space(method: str, search: Mapping[str, Any], compile_kind: str
                 raise ConfigError(f"{where}: a categorical option needs a non-empty `choices` list.")
             params.append(Param(name, kind, choices=tuple(choices)))
         else:
-            raise ConfigError(f"{where}: `type` must be \"int\", \"float\" or \"categorical\", got {kind!r}.")
+            raise ConfigError(f'{where}: `type` must be "int", "float" or "categorical", got {kind!r}.')
     return SearchSpace(tuple(params))
 
 
@@ -192,7 +221,7 @@ class MethodChoice:
     def decode(self, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         method = params["method"]
         prefix = f"{method}."
-        return method, {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+        return method, {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
 
     def validate_point(self, point: Mapping[str, Any], where: str = "enqueue") -> dict[str, Any]:
         """``{method = "for", rounds = 1, ...}`` → the trial's parameters ``{"method": "for", "for.rounds": 1}``."""
@@ -208,14 +237,14 @@ class MethodChoice:
 
 def parse_method_choice(methods: list[str], search: Mapping[str, Any]) -> MethodChoice:
     """``[search.<method>.<option>]`` tables for a study over several methods (a method may have none)."""
-    from dspy_for.experiments.methods import get_method
-
     if len(set(methods)) != len(methods) or len(methods) < 2:
         raise ConfigError(f"`method` as a list needs at least two distinct methods, got {methods!r}.")
     for m in methods:
         get_method(m)
     unknown = sorted(set(search) - set(methods))
     if unknown:
-        raise ConfigError(f"`[search.{unknown[0]}]`: with several methods, [search] has one table per method "
-                          f"({', '.join(methods)}), e.g. [search.{methods[0]}.<option>].")
+        raise ConfigError(
+            f"`[search.{unknown[0]}]`: with several methods, [search] has one table per method "
+            f"({', '.join(methods)}), e.g. [search.{methods[0]}.<option>]."
+        )
     return MethodChoice({m: parse_search_space(m, search[m]) if search.get(m) else SearchSpace(()) for m in methods})

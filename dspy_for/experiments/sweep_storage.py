@@ -42,35 +42,50 @@ def make_storage(url: str | None) -> Any:
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
     if url is None or url.startswith("journal:"):
-        path = url[len("journal:"):] if url else str(_default_dir() / "journal.log")
+        path = url[len("journal:") :] if url else str(_default_dir() / "journal.log")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         # a worker killed while holding the journal lock must not stall the others for long
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path, grace_period=5)))
     try:
-        return RDBStorage(url, heartbeat_interval=5, grace_period=20,
-                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
-                          engine_kwargs={"pool_pre_ping": True})
+        return RDBStorage(
+            url,
+            heartbeat_interval=5,
+            grace_period=20,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+            engine_kwargs={"pool_pre_ping": True},
+        )
     except (ImportError, ModuleNotFoundError) as exc:
-        raise MissingDependencyError(f"Storage `{hide_password(url)}` needs a database driver: {exc}. For PostgreSQL "
-                                     "install it with `pip install 'dspy-for[postgres]'`.") from None
+        raise MissingDependencyError(
+            f"Storage `{hide_password(url)}` needs a database driver: {exc}. For PostgreSQL "
+            "install it with `pip install 'dspy-for[postgres]'`."
+        ) from None
     except optuna.exceptions.StorageInternalError as exc:
         cause = " ".join(str(exc.__cause__ or exc).split())[:300]
-        raise ConfigError(f"Cannot open storage `{hide_password(url)}`: {cause}. Check the URL and that the database "
-                          "server is running, or omit `--storage` to use the journal file in mlruns/optuna/."
-                          ) from None
+        raise ConfigError(
+            f"Cannot open storage `{hide_password(url)}`: {cause}. Check the URL and that the database "
+            "server is running, or omit `--storage` to use the journal file in mlruns/optuna/."
+        ) from None
     except Exception as exc:  # sqlalchemy's ArgumentError/OperationalError: a malformed or unreachable URL
         cause = " ".join(str(exc).split())[:300]
-        raise ConfigError(f"`--storage` `{hide_password(url)}` is not a usable storage URL ({type(exc).__name__}: "
-                          f"{cause}). Use an SQLAlchemy URL such as postgresql://user@host/db or "
-                          "sqlite:///path.db, `journal:<path>`, or omit it.") from None
+        raise ConfigError(
+            f"`--storage` `{hide_password(url)}` is not a usable storage URL ({type(exc).__name__}: "
+            f"{cause}). Use an SQLAlchemy URL such as postgresql://user@host/db or "
+            "sqlite:///path.db, `journal:<path>`, or omit it."
+        ) from None
 
 
 def open_study(spec: SweepSpec) -> Any:
     import optuna
 
-    directions = [OBJECTIVES[o] for o in spec.objectives]
-    return optuna.create_study(study_name=spec.study, storage=make_storage(spec.storage), directions=directions,
-                               sampler=_sampler(spec), pruner=_pruner(spec), load_if_exists=True)
+    directions = [optuna.study.StudyDirection[OBJECTIVES[o].upper()] for o in spec.objectives]
+    return optuna.create_study(
+        study_name=spec.study,
+        storage=make_storage(spec.storage),
+        directions=directions,
+        sampler=_sampler(spec),
+        pruner=_pruner(spec),
+        load_if_exists=True,
+    )
 
 
 def _sampler(spec: SweepSpec) -> Any:

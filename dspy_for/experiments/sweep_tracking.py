@@ -8,6 +8,7 @@ plots on the parent: optimization history, parameter importances, Pareto front (
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,14 +32,18 @@ def _client(spec: SweepSpec) -> tuple[Any, str]:
 def start_parent(spec: SweepSpec) -> str:
     """The study's parent run: reused when the study is resumed (same study name and storage)."""
     client, exp_id = _client(spec)
-    found = client.search_runs([exp_id], filter_string=f"tags.`dspy_for.study` = '{spec.study}' "
-                               f"and tags.`dspy_for.kind` = 'sweep'", max_results=1)
+    found = client.search_runs(
+        [exp_id],
+        filter_string=f"tags.`dspy_for.study` = '{spec.study}' and tags.`dspy_for.kind` = 'sweep'",
+        max_results=1,
+    )
     if found:
         run_id = found[0].info.run_id
         client.update_run(run_id, status="RUNNING")
         return run_id
-    run = client.create_run(exp_id, run_name=f"sweep-{spec.study}",
-                            tags={"dspy_for.kind": "sweep", "dspy_for.study": spec.study})
+    run = client.create_run(
+        exp_id, run_name=f"sweep-{spec.study}", tags={"dspy_for.kind": "sweep", "dspy_for.study": spec.study}
+    )
     config = spec.to_dict()
     for key in ("storage", "tracking_uri"):
         config[key] = hide_password(config[key])
@@ -48,17 +53,22 @@ def start_parent(spec: SweepSpec) -> str:
     return run.info.run_id
 
 
-def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | None, *, error: str | None = None
-              ) -> None:
+def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | None, *, error: str | None = None) -> None:
     if parent_run_id is None:
         return
     client, exp_id = _client(spec)
     trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
-    run = client.create_run(exp_id, run_name=f"trial-{number}",
-                            tags={"mlflow.parentRunId": parent_run_id, "dspy_for.study": spec.study,
-                                  "dspy_for.trial": str(number), "dspy_for.state": trial.state.name,
-                                  **({"retry_of": str(trial.user_attrs["retry_of"])}
-                                     if "retry_of" in trial.user_attrs else {})})
+    run = client.create_run(
+        exp_id,
+        run_name=f"trial-{number}",
+        tags={
+            "mlflow.parentRunId": parent_run_id,
+            "dspy_for.study": spec.study,
+            "dspy_for.trial": str(number),
+            "dspy_for.state": trial.state.name,
+            **({"retry_of": str(trial.user_attrs["retry_of"])} if "retry_of" in trial.user_attrs else {}),
+        },
+    )
     rid = run.info.run_id
     method = spec.decode(trial.params)[0] if trial.params else spec.method
     for k, v in tracking.safe_params({"params": trial.params, "method": method}).items():
@@ -69,8 +79,17 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
         client.log_metric(rid, "accuracy", trial.values[0])
         if len(trial.values) > 1:
             client.log_metric(rid, "objective_tokens_per_item", trial.values[1])
-    for key in ("tokens_per_item", "spent_tokens", "cached_tokens", "calls", "n_items", "n_failed", "n_unparsed",
-                "compile_tokens", "compile_calls"):
+    for key in (
+        "tokens_per_item",
+        "spent_tokens",
+        "cached_tokens",
+        "calls",
+        "n_items",
+        "n_failed",
+        "n_unparsed",
+        "compile_tokens",
+        "compile_calls",
+    ):
         if key in trial.user_attrs:
             client.log_metric(rid, key, float(trial.user_attrs[key]))
     if error:
@@ -78,8 +97,9 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
     client.set_terminated(rid, status="FAILED" if trial.state.name == "FAIL" else "FINISHED")
 
 
-def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_test: dict[str, Any] | None,
-                  status: str = "FINISHED") -> None:
+def finish_parent(
+    spec: SweepSpec, study: Any, parent_run_id: str | None, final_test: dict[str, Any] | None, status: str = "FINISHED"
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,8 +120,9 @@ def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_
     if best_runs:  # one click from the study's run to its best trial(s): a tag and links in its description
         client.set_tag(parent_run_id, "dspy_for.best_trial_run_id", sorted(best_runs)[0][1])
         links = "\n".join(f"- [trial {n}](#/experiments/{exp_id}/runs/{rid})" for n, rid in sorted(best_runs))
-        client.set_tag(parent_run_id, "mlflow.note.content", f"**Best trial{'s' if len(best_runs) > 1 else ''}**\n"
-                       f"{links}")
+        client.set_tag(
+            parent_run_id, "mlflow.note.content", f"**Best trial{'s' if len(best_runs) > 1 else ''}**\n{links}"
+        )
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] = counts.get(t.state.name, 0) + 1
@@ -124,7 +145,8 @@ def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_
             try:
                 target = (lambda t: t.values[0]) if spec.multi else None
                 figures["param_importances.png"] = vis.plot_param_importances(
-                    study, target=target, target_name="accuracy").figure
+                    study, target=target, target_name="accuracy"
+                ).figure
             except (ValueError, RuntimeError):  # e.g. a parameter that never varied
                 pass
         if spec.multi and complete:
@@ -132,7 +154,8 @@ def finish_parent(spec: SweepSpec, study: Any, parent_run_id: str | None, final_
     with tempfile.TemporaryDirectory() as tmp:
         for name, fig in figures.items():
             path = Path(tmp) / name
-            fig.savefig(path, dpi=110, bbox_inches="tight")
+            # `.figure` of a Figure is itself, of a SubFigure its root Figure (only a root Figure can be saved)
+            fig.figure.savefig(path, dpi=110, bbox_inches="tight")
             client.log_artifact(parent_run_id, str(path))
     client.set_terminated(parent_run_id, status=status)
 
@@ -141,8 +164,6 @@ class _quiet:
     """Optuna's matplotlib plots warn that they are experimental; keep the console clean."""
 
     def __enter__(self) -> None:
-        import warnings
-
         self._ctx = warnings.catch_warnings()
         self._ctx.__enter__()
         warnings.simplefilter("ignore")

@@ -27,9 +27,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 import dspy
+import platformdirs
 
 from dspy_for.compat.dspy import UsageKeepingCache, check_supported
 from dspy_for.errors import ConfigError, ModelNotFoundError, ServerError
+from dspy_for.lm import server as local_server  # the module, so a patched `server.ensure_server` is used
+from dspy_for.lm.registry import get_model, list_models
 
 __all__ = [
     "DEFAULT_LOCAL_TIMEOUT",
@@ -95,8 +98,6 @@ def configure_cache(directory: str | os.PathLike[str] | None = None) -> str:
     if directory is None:
         directory = os.environ.get(CACHE_DIR_ENV)
     if directory is None:
-        import platformdirs
-
         directory = os.path.join(platformdirs.user_cache_dir("dspy-for"), "dspy_cache")
     directory = os.fspath(directory)
     if directory != _configured_dir or not isinstance(dspy.cache, _NamespacedCache):
@@ -130,8 +131,6 @@ def check_lm_spec(spec: str) -> None:
     if spec != spec.strip():
         raise ConfigError(f"LM spec `{spec}` has leading or trailing whitespace: remove it.")
     if spec.startswith(_LOCAL_PREFIX):
-        from dspy_for.lm.registry import get_model, list_models
-
         name = spec[len(_LOCAL_PREFIX) :]
         try:
             get_model(name)
@@ -238,23 +237,19 @@ class LocalLM(LM):
     """
 
     def __init__(self, name: str, *, n_ctx: int | None = None, n_threads: int | None = None, **kwargs: Any) -> None:
-        from dspy_for.lm.server import DEFAULT_N_CTX, ensure_server
-
         self.local_name = name
-        self.n_ctx = n_ctx or DEFAULT_N_CTX
+        self.n_ctx = n_ctx or local_server.DEFAULT_N_CTX
         self.n_threads = n_threads
-        self.server = ensure_server(name, n_ctx=self.n_ctx, n_threads=n_threads)
+        self.server = local_server.ensure_server(name, n_ctx=self.n_ctx, n_threads=n_threads)
         kwargs.setdefault("num_retries", 1)
         super().__init__(
             f"hosted_vllm/{self.server.alias}", api_base=self.server.base_url, api_key="local-no-key", **kwargs
         )
 
     def _revive(self) -> bool:
-        from dspy_for.lm.server import _alive, ensure_server
-
-        if _alive(self.server.pid):
+        if local_server._alive(self.server.pid):
             return False  # the server is alive (maybe busy): the error is not a dead server
-        self.server = ensure_server(self.local_name, n_ctx=self.n_ctx, n_threads=self.n_threads)
+        self.server = local_server.ensure_server(self.local_name, n_ctx=self.n_ctx, n_threads=self.n_threads)
         self.kwargs["api_base"] = self.server.base_url
         return True
 
@@ -353,8 +348,6 @@ def describe_lm(lm: dspy.BaseLM | str | None) -> dict[str, Any]:
         parsed = urlparse(str(kwargs["api_base"]))
         out["api_host"] = parsed.hostname or ""
     if isinstance(lm, LocalLM):
-        from dspy_for.lm.registry import get_model
-
         out["spec"] = f"local/{lm.local_name}"
         out["model_sha256"] = get_model(lm.local_name).sha256
     return out

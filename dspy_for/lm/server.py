@@ -30,6 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+from filelock import FileLock
+
 from dspy_for.errors import ServerError, require
 from dspy_for.lm.registry import get_model, model_path
 
@@ -60,8 +63,6 @@ def server_dir() -> Path:
     env = os.environ.get(SERVER_DIR_ENV)
     if env:
         return Path(env).expanduser()
-    import platformdirs
-
     return Path(platformdirs.user_cache_dir("dspy-for")) / "servers"
 
 
@@ -159,13 +160,10 @@ def start_server(
         )
     port = port or _free_port()
     alias = alias_for(name)
-    cmd = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", alias,
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads),
-    ]
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", alias]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads)]
     log = log_path.open("ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     info = ServerInfo(name, alias, "127.0.0.1", port, proc.pid, started_by, n_ctx, n_threads)
     deadline = time.monotonic() + timeout
@@ -192,8 +190,6 @@ def ensure_server(
     name: str, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None, port: int | None = None
 ) -> ServerInfo:
     """Return a healthy shared server for ``name``, starting one if none is running; takes a lease."""
-    from filelock import FileLock
-
     get_model(name)
     state_path, lock_path, _ = _paths(name)
     with FileLock(str(lock_path), timeout=600):
@@ -216,8 +212,6 @@ def ensure_server(
 
 def release_server(name: str) -> None:
     """Drop this process's lease; stop a library-started server when no live lease remains."""
-    from filelock import FileLock
-
     state_path, lock_path, _ = _paths(name)
     _OWN_LEASES.discard(name)
     with FileLock(str(lock_path), timeout=60):
@@ -235,8 +229,6 @@ def release_server(name: str) -> None:
 
 def stop_server(name: str) -> bool:
     """Stop the server for ``name`` whatever its leases (used by ``serve`` on exit and by tests)."""
-    from filelock import FileLock
-
     state_path, lock_path, _ = _paths(name)
     with FileLock(str(lock_path), timeout=60):
         info = _read_state(state_path)
@@ -262,14 +254,18 @@ def _terminate(pid: int, grace: float = 5.0) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def serve_forever(name: str, *, port: int | None = None, n_ctx: int = DEFAULT_N_CTX,
-                  n_threads: int | None = None,
-                  on_ready: Callable[[ServerInfo], None] | None = None) -> ServerInfo:
+def serve_forever(
+    name: str,
+    *,
+    port: int | None = None,
+    n_ctx: int = DEFAULT_N_CTX,
+    n_threads: int | None = None,
+    on_ready: Callable[[ServerInfo], None] | None = None,
+) -> ServerInfo:
     """Run a server in the foreground for other processes (``dspy-for serve``); returns when it exits.
 
     Ctrl-C or SIGTERM stops the server; library processes never stop it (``started_by = "serve"``).
     """
-    from filelock import FileLock
 
     def _on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

@@ -15,7 +15,10 @@ from typing import Any
 import dspy
 
 from dspy_for.errors import ConfigError
+from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import role, track_usage
+from dspy_for.metrics import numeric_match, numeric_match_with_feedback
+from dspy_for.optimizers.textgrad import TextGrad
 
 __all__ = ["COMPILERS", "CompileResult", "RoleLM", "compile_program"]
 
@@ -60,8 +63,6 @@ class RoleLM(dspy.BaseLM):
 
 def _feedback_metric(metric: Callable[..., Any]) -> Callable[..., Any]:
     """GEPA wants (gold, pred, trace, pred_name, pred_trace) -> score or Prediction(score, feedback)."""
-    from dspy_for.metrics import numeric_match, numeric_match_with_feedback
-
     if metric is numeric_match:
         return numeric_match_with_feedback
 
@@ -72,42 +73,76 @@ def _feedback_metric(metric: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def _textgrad(student: dspy.Module, trainset: list, valset: list | None, metric: Any, seed: int, optimizer_lm: Any,
-              **options: Any) -> tuple[dspy.Module, list[dict[str, Any]]]:
-    from dspy_for.optimizers.textgrad import TextGrad
-
+def _textgrad(
+    student: dspy.Module, trainset: list, valset: list | None, metric: Any, seed: int, optimizer_lm: Any, **options: Any
+) -> tuple[dspy.Module, list[dict[str, Any]]]:
     program = TextGrad(metric, optimizer_lm=optimizer_lm, seed=seed, **options).compile(
-        student, trainset=trainset, valset=valset)
+        student, trainset=trainset, valset=valset
+    )
     return program, program.textgrad_history
 
 
-def _gepa(student: dspy.Module, trainset: list, valset: list | None, metric: Any, seed: int, optimizer_lm: Any,
-          max_metric_calls: int = 100, **options: Any) -> tuple[dspy.Module, list[dict[str, Any]]]:
+def _gepa(
+    student: dspy.Module,
+    trainset: list,
+    valset: list | None,
+    metric: Any,
+    seed: int,
+    optimizer_lm: Any,
+    max_metric_calls: int = 100,
+    **options: Any,
+) -> tuple[dspy.Module, list[dict[str, Any]]]:
     if optimizer_lm is None:
         raise ConfigError("`gepa` needs a reflection LM: pass `optimizer_lm=` (e.g. 'local/qwen2.5-coder-1.5b').")
-    gepa = dspy.GEPA(metric=_feedback_metric(metric), reflection_lm=RoleLM(optimizer_lm, "optimizer"),
-                     max_metric_calls=max_metric_calls, seed=seed, **options)
+    gepa = dspy.GEPA(
+        metric=_feedback_metric(metric),
+        reflection_lm=RoleLM(optimizer_lm, "optimizer"),
+        max_metric_calls=max_metric_calls,
+        seed=seed,
+        **options,
+    )
     program = gepa.compile(student, trainset=trainset, valset=valset or trainset)
     return program, []
 
 
 def _mipro(fewshot: bool) -> Callable[..., tuple[dspy.Module, list[dict[str, Any]]]]:
-    def run(student: dspy.Module, trainset: list, valset: list | None, metric: Any, seed: int, optimizer_lm: Any,
-            num_candidates: int = 4, num_trials: int = 8, **options: Any) -> tuple[dspy.Module, list[dict[str, Any]]]:
-        demos = {"max_bootstrapped_demos": 2, "max_labeled_demos": 2} if fewshot else {
-            "max_bootstrapped_demos": 0, "max_labeled_demos": 0}
+    def run(
+        student: dspy.Module,
+        trainset: list,
+        valset: list | None,
+        metric: Any,
+        seed: int,
+        optimizer_lm: Any,
+        num_candidates: int = 4,
+        num_trials: int = 8,
+        **options: Any,
+    ) -> tuple[dspy.Module, list[dict[str, Any]]]:
+        demos = (
+            {"max_bootstrapped_demos": 2, "max_labeled_demos": 2}
+            if fewshot
+            else {"max_bootstrapped_demos": 0, "max_labeled_demos": 0}
+        )
         prompt_model = RoleLM(optimizer_lm, "optimizer") if optimizer_lm is not None else None
-        mipro = dspy.MIPROv2(metric=metric, prompt_model=prompt_model, auto=None, num_candidates=num_candidates,
-                             seed=seed, **demos, **options)
-        program = mipro.compile(student, trainset=trainset, valset=valset, num_trials=num_trials,
-                                minibatch=len(valset or trainset) > 35)
+        mipro = dspy.MIPROv2(
+            metric=metric,
+            prompt_model=prompt_model,
+            auto=None,
+            num_candidates=num_candidates,
+            seed=seed,
+            **demos,
+            **options,
+        )
+        program = mipro.compile(
+            student, trainset=trainset, valset=valset, num_trials=num_trials, minibatch=len(valset or trainset) > 35
+        )
         return program, []
 
     return run
 
 
-def _bootstrap(student: dspy.Module, trainset: list, valset: list | None, metric: Any, seed: int, optimizer_lm: Any,
-               **options: Any) -> tuple[dspy.Module, list[dict[str, Any]]]:
+def _bootstrap(
+    student: dspy.Module, trainset: list, valset: list | None, metric: Any, seed: int, optimizer_lm: Any, **options: Any
+) -> tuple[dspy.Module, list[dict[str, Any]]]:
     options = {"max_bootstrapped_demos": 4, "max_labeled_demos": 0, **options}
     return dspy.BootstrapFewShot(metric=metric, **options).compile(student, trainset=trainset), []
 
@@ -134,13 +169,12 @@ def compile_program(
     **options: Any,
 ) -> CompileResult:
     """Compile ``student`` with optimizer ``kind``; the student is not mutated."""
-    from dspy_for.lm import resolve_lm
-
     if kind not in COMPILERS:
         raise ConfigError(f"Unknown compile kind `{kind}`. Choose one of: {', '.join(COMPILERS)}.")
     optimizer_lm = resolve_lm(optimizer_lm)
     task_lm = resolve_lm(task_lm)
     with track_usage() as usage, role("task"), dspy.context(**({"lm": task_lm} if task_lm else {})):
-        program, history = COMPILERS[kind](student, list(trainset), list(valset) if valset else None, metric, seed,
-                                           optimizer_lm, **options)
+        program, history = COMPILERS[kind](
+            student, list(trainset), list(valset) if valset else None, metric, seed, optimizer_lm, **options
+        )
     return CompileResult(program=program, kind=kind, usage=usage.to_dict(), history=history, options=options)

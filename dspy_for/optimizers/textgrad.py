@@ -25,6 +25,7 @@ import dspy
 from dspy.teleprompt import Teleprompter
 
 from dspy_for.errors import ConfigError
+from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import role, track_usage
 from dspy_for.optimizers.prompts import Gradient, Step
 
@@ -61,10 +62,12 @@ class TextGrad(Teleprompter):
         predictors: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
-        from dspy_for.lm import resolve_lm
-
-        for name, value in (("batch_size", batch_size), ("epochs", epochs), ("steps_per_epoch", steps_per_epoch),
-                            ("num_threads", num_threads)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("epochs", epochs),
+            ("steps_per_epoch", steps_per_epoch),
+            ("num_threads", num_threads),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
         if not isinstance(gradient_memory, int) or gradient_memory < 0:
@@ -93,9 +96,15 @@ class TextGrad(Teleprompter):
         return {n: named[n] for n in names}
 
     def _evaluate(self, program: dspy.Module, data: list[dspy.Example]) -> float:
-        evaluator = dspy.Evaluate(devset=data, metric=self._score, num_threads=self.num_threads,
-                                  display_progress=False, display_table=False, failure_score=0.0,
-                                  max_errors=len(data) + 1)
+        evaluator = dspy.Evaluate(
+            devset=data,
+            metric=self._score,
+            num_threads=self.num_threads,
+            display_progress=False,
+            display_table=False,
+            failure_score=0.0,
+            max_errors=len(data) + 1,
+        )
         with role("task"):
             return float(evaluator(program).score) / 100.0
 
@@ -120,8 +129,10 @@ class TextGrad(Teleprompter):
             scores.append(score)
             shown = {k: v for k, v in pred.items() if k not in ("trajectory", "usage", "stats")}
             gold = ex.get("answer") if "answer" in ex else {k: v for k, v in ex.labels().items() if k not in _METADATA}
-            text = (f"Input: {dict(ex.inputs())}\nPrediction: {shown}\nExpected: {gold}\n"
-                    f"Outcome: {'correct' if score >= 1.0 else 'incorrect'} (score {score:g})")
+            text = (
+                f"Input: {dict(ex.inputs())}\nPrediction: {shown}\nExpected: {gold}\n"
+                f"Outcome: {'correct' if score >= 1.0 else 'incorrect'} (score {score:g})"
+            )
             if feedback:
                 text += f"\nMetric feedback: {feedback}"
             texts.append(text)
@@ -129,11 +140,19 @@ class TextGrad(Teleprompter):
 
     def _update(self, name: str, instruction: str, losses: list[str], memory: list[str]) -> tuple[str, str]:
         """One variable's backward (gradient) and step: returns (gradient text, new instruction)."""
-        grad = self._call(self.gradient, self.gradient_lm, "gradient", role=name, instruction=instruction,
-                          losses=losses)
-        past = memory[-self.gradient_memory:] if self.gradient_memory else []
-        new = self._call(self.step, self.optimizer_lm, "optimizer", instruction=instruction,
-                         feedback=str(grad.feedback), past_feedback=past, constraints=self.constraints)
+        grad = self._call(
+            self.gradient, self.gradient_lm, "gradient", role=name, instruction=instruction, losses=losses
+        )
+        past = memory[-self.gradient_memory :] if self.gradient_memory else []
+        new = self._call(
+            self.step,
+            self.optimizer_lm,
+            "optimizer",
+            instruction=instruction,
+            feedback=str(grad.feedback),
+            past_feedback=past,
+            constraints=self.constraints,
+        )
         return str(grad.feedback), _FIELD_MARKER.sub("", str(new.new_instruction)).strip()
 
     def _call(self, predictor: dspy.Predict, lm: Any, role_name: str, **kwargs: Any) -> dspy.Prediction:
@@ -142,8 +161,9 @@ class TextGrad(Teleprompter):
 
     # ---------------------------------------------------------------------------------------- compile
 
-    def compile(self, student: dspy.Module, *, trainset: list[dspy.Example], valset: list[dspy.Example] | None = None,
-                **_: Any) -> dspy.Module:
+    def compile(
+        self, student: dspy.Module, *, trainset: list[dspy.Example], valset: list[dspy.Example] | None = None, **_: Any
+    ) -> dspy.Module:
         if not trainset:
             raise ConfigError("`trainset` is empty: TextGrad needs training examples for its minibatches.")
         program = student.deepcopy()
@@ -154,8 +174,17 @@ class TextGrad(Teleprompter):
         memory: dict[str, list[str]] = {n: [] for n in variables}
         with track_usage() as usage:
             last_val = self._evaluate(program, val) if self.validation_revert else None
-            history.append({"step": 0, "epoch": 0, "instructions": _instructions(variables), "train_score": None,
-                            "val_score": last_val, "reverted": False, "errors": {}})
+            history.append(
+                {
+                    "step": 0,
+                    "epoch": 0,
+                    "instructions": _instructions(variables),
+                    "train_score": None,
+                    "val_score": last_val,
+                    "reverted": False,
+                    "errors": {},
+                }
+            )
             step = 0
             for epoch in range(1, self.epochs + 1):
                 order = list(trainset)
@@ -186,11 +215,25 @@ class TextGrad(Teleprompter):
                             reverted = True
                         else:
                             last_val = val_score
-                    history.append({"step": step, "epoch": epoch, "instructions": _instructions(variables),
-                                    "train_score": train_score, "val_score": val_score, "reverted": reverted,
-                                    "errors": errors})
-                    logger.info("TextGrad step %d (epoch %d): train batch %.3f, val %s%s", step, epoch, train_score,
-                                "-" if val_score is None else f"{val_score:.3f}", " (reverted)" if reverted else "")
+                    history.append(
+                        {
+                            "step": step,
+                            "epoch": epoch,
+                            "instructions": _instructions(variables),
+                            "train_score": train_score,
+                            "val_score": val_score,
+                            "reverted": reverted,
+                            "errors": errors,
+                        }
+                    )
+                    logger.info(
+                        "TextGrad step %d (epoch %d): train batch %.3f, val %s%s",
+                        step,
+                        epoch,
+                        train_score,
+                        "-" if val_score is None else f"{val_score:.3f}",
+                        " (reverted)" if reverted else "",
+                    )
         program.textgrad_history = history
         program.compile_usage = usage.to_dict()
         return program

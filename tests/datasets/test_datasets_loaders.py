@@ -70,8 +70,11 @@ def _write(tmp_path, rel, text):
 
 
 def test_malformed_row_names_file_line_and_field(tmp_path):
-    _write(tmp_path, "gsm8k/train.jsonl", json.dumps({"question": "q", "answer": "x\n#### 3"}) + "\n"
-           + json.dumps({"question": "q2"}) + "\n")
+    _write(
+        tmp_path,
+        "gsm8k/train.jsonl",
+        json.dumps({"question": "q", "answer": "x\n#### 3"}) + "\n" + json.dumps({"question": "q2"}) + "\n",
+    )
     with pytest.raises(DatasetError, match=r"train.jsonl, line 2: missing field `answer`"):
         load_dataset("gsm8k", "train", data_dir=tmp_path)
 
@@ -93,8 +96,17 @@ def test_empty_and_missing_files(tmp_path):
 
 
 def test_svamp_and_aqua_formats(tmp_path):
-    svamp = [{"ID": f"c{i}", "Body": f"Tom has {i} apples.", "Question": "How many apples does he have?",
-              "Equation": f"( {i} )", "Answer": float(i), "Type": "x"} for i in range(1000)]
+    svamp = [
+        {
+            "ID": f"c{i}",
+            "Body": f"Tom has {i} apples.",
+            "Question": "How many apples does he have?",
+            "Equation": f"( {i} )",
+            "Answer": float(i),
+            "Type": "x",
+        }
+        for i in range(1000)
+    ]
     _write(tmp_path, "svamp/SVAMP.json", json.dumps(svamp))
     test = load_dataset("svamp", "test", data_dir=tmp_path)
     assert len(test) == 1000 and test[3].question == "Tom has 3 apples. How many apples does he have?"

@@ -181,8 +181,9 @@ def test_the_cache_key_ignores_how_a_request_travels():
     """A new default timeout or retry count must not turn every cached answer into a miss."""
     from dspy_for.lm.factory import _NamespacedCache
 
-    cache = _NamespacedCache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="",
-                             memory_max_entries=10)
+    cache = _NamespacedCache(
+        enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10
+    )
     base = {"model": "openai/x", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.0}
     assert cache.cache_key({**base, "timeout": 120}) == cache.cache_key({**base, "timeout": 600, "num_retries": 3})
     assert cache.cache_key({**base, "timeout": 120}) == cache.cache_key(base)

@@ -41,8 +41,7 @@ def student() -> dspy.Module:
 def test_textgrad_and_bootstrap_compile_with_usage_and_save_load(tmp_path):
     dspy.configure(lm=ScriptedLM(respond))
     s = student()
-    tg = compile_program("textgrad", s, trainset=TRAIN, valset=TRAIN[:2], metric=metric,
-                         epochs=1, steps_per_epoch=2)
+    tg = compile_program("textgrad", s, trainset=TRAIN, valset=TRAIN[:2], metric=metric, epochs=1, steps_per_epoch=2)
     assert tg.kind == "textgrad" and len(tg.history) == 3 and tg.usage["total"]["calls"] > 0
     assert {"task", "gradient", "optimizer"} <= set(tg.usage)
     assert tg.options == {"epochs": 1, "steps_per_epoch": 2}
@@ -74,8 +73,9 @@ def test_gepa_uses_the_reflection_lm_under_the_optimizer_role(tmp_path):
     task, reflection = ScriptedLM(respond), ScriptedLM(respond)
     dspy.configure(lm=task)
     s = student()
-    res = compile_program("gepa", s, trainset=TRAIN, valset=TRAIN[:3], metric=metric, optimizer_lm=reflection,
-                          max_metric_calls=20)
+    res = compile_program(
+        "gepa", s, trainset=TRAIN, valset=TRAIN[:3], metric=metric, optimizer_lm=reflection, max_metric_calls=20
+    )
     assert "GOOD" in res.program.predict.signature.instructions
     assert "GOOD" not in s.predict.signature.instructions
     assert res.usage["optimizer"]["calls"] == len(reflection.calls) > 0
@@ -98,14 +98,30 @@ def test_gepa_needs_a_reflection_lm_and_unknown_kinds_are_refused():
 def test_mipro_instruction_only_and_fewshot(tmp_path):
     task, prompt = ScriptedLM(respond), ScriptedLM(respond)
     dspy.configure(lm=task)
-    res = compile_program("mipro", student(), trainset=TRAIN, valset=TRAIN[:3], metric=metric, optimizer_lm=prompt,
-                          num_candidates=2, num_trials=2)
+    res = compile_program(
+        "mipro",
+        student(),
+        trainset=TRAIN,
+        valset=TRAIN[:3],
+        metric=metric,
+        optimizer_lm=prompt,
+        num_candidates=2,
+        num_trials=2,
+    )
     assert "GOOD" in res.program.predict.signature.instructions and res.program.predict.demos == []
     assert res.usage["optimizer"]["calls"] == len(prompt.calls) > 0
     s = student()
     plain = ScriptedLM(lambda messages, max_tokens: respond(messages, max_tokens, proposal="Add the numbers."))
-    few = compile_program("mipro_fewshot", s, trainset=TRAIN, valset=TRAIN[:3], metric=metric, optimizer_lm=plain,
-                          num_candidates=3, num_trials=6)
+    few = compile_program(
+        "mipro_fewshot",
+        s,
+        trainset=TRAIN,
+        valset=TRAIN[:3],
+        metric=metric,
+        optimizer_lm=plain,
+        num_candidates=3,
+        num_trials=6,
+    )
     assert 1 <= len(few.program.predict.demos) <= 4 and s.predict.demos == []  # demos are what scores here
     few.program.save(str(tmp_path / "m.json"))
     loaded = student()

@@ -69,8 +69,16 @@ def test_seeded_minibatches_memory_and_constraints_reach_the_prompts():
         log = []
         dspy.configure(lm=make_lm(step_outputs=["GOOD a", "GOOD b", "GOOD c"], log=log))
         student = dspy.ChainOfThought("question -> answer: float")
-        TextGrad(metric, batch_size=2, epochs=1, steps_per_epoch=3, seed=7, gradient_memory=1,
-                 constraints=["Keep it under 50 words."], validation_revert=False).compile(student, trainset=TRAIN)
+        TextGrad(
+            metric,
+            batch_size=2,
+            epochs=1,
+            steps_per_epoch=3,
+            seed=7,
+            gradient_memory=1,
+            constraints=["Keep it under 50 words."],
+            validation_revert=False,
+        ).compile(student, trainset=TRAIN)
         logs.append(log)
     assert logs[0] == logs[1]  # same seed, same minibatches and prompts
     steps = [text for kind, text in logs[0] if kind == "step"]
@@ -84,11 +92,14 @@ def test_variables_chosen_by_name_and_works_on_for_prompting_roles():
     dspy.configure(lm=lm)
     student = FORPrompting("question -> answer: float", rounds=1)
     before = {n: p.signature.instructions for n, p in student.named_predictors()}
-    compiled = TextGrad(metric, batch_size=1, epochs=1, steps_per_epoch=1, predictors=["debater"],
-                        validation_revert=False).compile(student, trainset=TRAIN[:2])
+    compiled = TextGrad(
+        metric, batch_size=1, epochs=1, steps_per_epoch=1, predictors=["debater"], validation_revert=False
+    ).compile(student, trainset=TRAIN[:2])
     after = {n: p.signature.instructions for n, p in compiled.named_predictors()}
     assert after["debater"] == "Debater: ask about each GOOD step."
-    assert {n: after[n] for n in ("defender", "revise", "host")} == {n: before[n] for n in ("defender", "revise", "host")}
+    assert {n: after[n] for n in ("defender", "revise", "host")} == {
+        n: before[n] for n in ("defender", "revise", "host")
+    }
     with pytest.raises(ConfigError, match="Unknown predictor `judge`"):
         TextGrad(metric, predictors=["judge"]).compile(student, trainset=TRAIN)
 
@@ -121,7 +132,8 @@ def test_loss_text_has_input_prediction_gold_outcome_and_metric_feedback():
         return dspy.Prediction(score=float(pred.answer == example.answer), feedback="Count the apples twice.")
 
     compiled = TextGrad(feedback_metric, batch_size=1, epochs=1, steps_per_epoch=1).compile(
-        dspy.ChainOfThought("question -> answer: float"), trainset=TRAIN[:1])
+        dspy.ChainOfThought("question -> answer: float"), trainset=TRAIN[:1]
+    )
     assert [row["val_score"] for row in compiled.textgrad_history] == [0.0, 1.0]  # scored through `score`
     gradient_prompt = next(text for kind, text in log if kind == "gradient")
     for piece in ("What is 1 + 1?", "Prediction:", "Expected: 2.0", "Outcome: incorrect", "Count the apples twice."):
@@ -144,7 +156,8 @@ def test_an_unparsable_rewrite_skips_the_update_and_the_run_goes_on():
 
     dspy.configure(lm=ScriptedLM(respond))
     compiled = TextGrad(metric, batch_size=1, epochs=1, steps_per_epoch=2).compile(
-        dspy.ChainOfThought("question -> answer: float"), trainset=TRAIN[:2], valset=TRAIN[:3])
+        dspy.ChainOfThought("question -> answer: float"), trainset=TRAIN[:2], valset=TRAIN[:3]
+    )
     h = compiled.textgrad_history
     assert "predict" in h[1]["errors"] and h[2]["errors"] == {}
     assert h[1]["instructions"] == h[0]["instructions"] and h[1]["val_score"] == 0.0  # not re-scored

@@ -20,7 +20,8 @@ def test_two_real_steps_on_six_training_items():
     student = dspy.ChainOfThought("question -> answer: float")
     with dspy.context(lm=lm):
         compiled = TextGrad(numeric_match, optimizer_lm=lm, batch_size=3, epochs=1, steps_per_epoch=2).compile(
-            student, trainset=train, valset=train[:2])  # small: ~16 calls, about a minute on the 0.5B
+            student, trainset=train, valset=train[:2]
+        )  # small: ~16 calls, about a minute on the 0.5B
     h = compiled.textgrad_history
     assert [row["step"] for row in h] == [0, 1, 2]
     assert all(isinstance(row["val_score"], float) for row in h)
