@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from dspy_for.lm.usage import Usage
+from dspy_for.modules.trajectory import ANSWER, QUESTIONS, REVISION, ForTurn, ProRefineStep
 
 __all__ = ["RENDERERS", "render_result", "usage_table"]
 
@@ -38,12 +39,13 @@ def _fields(d: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
 
 
 def _render_for(console: Console, pred: Any) -> None:
-    for turn in pred.get("trajectory") or []:
-        f = turn["fields"]
+    turns: list[ForTurn] = pred.get("trajectory") or []
+    for turn in turns:
+        f: dict[str, Any] = dict(turn["fields"])
         who = turn["role"].capitalize()
-        if turn["type"] == "answer":
+        if turn["type"] == ANSWER:
             console.print(Panel(_fields(f), title=f"{who} · A0"))
-        elif turn["type"] == "questions":
+        elif turn["type"] == QUESTIONS:
             bad = f.get("violations", {})
             lines = [
                 f"{'✗' if q in bad else '?'} {q}" + (f"  [red]({', '.join(bad[q])})[/]" if q in bad else "")
@@ -51,7 +53,7 @@ def _render_for(console: Console, pred: Any) -> None:
             ]
             title = f"{who} · round {turn['round']}" + (" · re-asked" if f.get("attempt") else "")
             console.print(Panel("\n".join(lines) or "(no questions)", title=title))
-        elif turn["type"] == "revision":
+        elif turn["type"] == REVISION:
             replies = "\n".join(f"- {r}" for r in f.get("responses", []))
             body = f"[bold]replies:[/]\n{replies}\n" + _fields(f, skip=("responses",))
             console.print(Panel(body, title=f"{who} · A{turn['round']} (revision)"))
@@ -62,7 +64,8 @@ def _render_for(console: Console, pred: Any) -> None:
 
 def _render_prorefine(console: Console, pred: Any) -> None:
     previous = None
-    for step in pred.get("trajectory") or []:
+    steps: list[ProRefineStep] = pred.get("trajectory") or []
+    for step in steps:
         prompt = step.get("prompt", "")
         diff = ""
         if previous is not None and step.get("new_prompt") is not None:
