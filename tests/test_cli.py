@@ -47,8 +47,7 @@ def test_ask_for_on_a_real_local_model():
 
 @pytest.mark.parametrize("command", ["compare", "sweep"])
 def test_first_flag_reaches_the_library_call(monkeypatch, command):
-    import dspy_for.experiments.comparison as comparison
-    import dspy_for.experiments.sweeps as sweeps
+    import dspy_for.cli as cli
     from dspy_for.errors import ConfigError
 
     seen = {}
@@ -57,6 +56,6 @@ def test_first_flag_reaches_the_library_call(monkeypatch, command):
         seen.update(overrides)
         raise ConfigError("stop here")
 
-    monkeypatch.setattr(comparison if command == "compare" else sweeps, command, fake)
+    monkeypatch.setattr(cli, "run_compare" if command == "compare" else "run_sweep", fake)
     result = runner.invoke(app, [command, "x.toml", "--first", "7"])
     assert result.exit_code == 2 and "stop here" in result.output and seen["first"] == 7
