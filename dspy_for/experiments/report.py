@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich import box
+from rich.table import Table
+
 from dspy_for.experiments.diagnostics import round_accuracy
+from dspy_for.metrics import metric_for
 from dspy_for.stats import bootstrap_interval, cohens_kappa, mean_with_ci, paired_comparison
 
 if TYPE_CHECKING:
@@ -269,9 +273,6 @@ def table_text(result: ComparisonResult) -> str:
 
 
 def rich_tables(result: ComparisonResult) -> list[Any]:
-    from rich import box
-    from rich.table import Table
-
     tables = []
     for dataset in result.results:
         t = Table(title=f"{dataset} — baseline: {result.spec.baseline}", box=box.SIMPLE_HEAD, padding=(0, 1))
@@ -301,8 +302,6 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from dspy_for.metrics import metric_for
 
     figs: dict[str, Any] = {}
     for dataset, by_label in result.results.items():

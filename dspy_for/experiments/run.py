@@ -31,9 +31,10 @@ from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.records import ItemResult, MethodResult, ResultStore
 from dspy_for.experiments.spec import DatasetConfig, LMSpec, MethodConfig, RunSpec, prompts_fingerprint
+from dspy_for.judges import RUBRICS, Judge
 from dspy_for.lm import make_lm
 from dspy_for.lm.usage import role, track_usage
-from dspy_for.metrics import RUBRICS, Judge, metric_for
+from dspy_for.metrics import metric_for
 from dspy_for.optimizers import COMPILERS, compile_program
 from dspy_for.secrets import redact
 

@@ -22,8 +22,8 @@ import dspy
 from dspy_for.datasets import dataset_info
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import get_method
+from dspy_for.judges import RUBRICS
 from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm
-from dspy_for.metrics import RUBRICS
 
 __all__ = [
     "DatasetConfig",

@@ -32,7 +32,7 @@ from filelock import FileLock
 
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError, DspyForError
-from dspy_for.experiments import sweep_tracking
+from dspy_for.experiments import sweep_tracking, tracing, tracking
 from dspy_for.experiments.records import MethodResult
 from dspy_for.experiments.run import evaluate, load_examples, prepare_run
 from dspy_for.experiments.spec import DatasetConfig, JudgeConfig
@@ -338,8 +338,6 @@ def sweep(
 def run_final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
     """The best configuration once on the test split, through the same run path as ``compare``; its data and
     one trace per item are logged on the sweep's parent run (a tracing failure is only a warning)."""
-    from dspy_for.experiments import tracing, tracking
-
     best = study.best_trial
     test = replace(spec.dataset, split=spec.test_split, first=None)
     run = prepare_run(spec, test, spec.trial_method(best.params, "final-test"))
