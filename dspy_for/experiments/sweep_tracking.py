@@ -74,11 +74,11 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
     for k, v in tracking.safe_params({"params": trial.params, "method": method}).items():
         client.log_param(rid, k, v)
     for step, value in enumerate(trial.user_attrs.get("intermediate", [])):
-        client.log_metric(rid, "intermediate_accuracy", value, step=step)
+        client.log_metric(rid, f"intermediate_{spec.objectives[0]}", value, step=step)
     if trial.values:
-        client.log_metric(rid, "accuracy", trial.values[0])
+        client.log_metric(rid, _metric(spec.objectives[0]), trial.values[0])
         if len(trial.values) > 1:
-            client.log_metric(rid, "objective_tokens_per_item", trial.values[1])
+            client.log_metric(rid, _metric(spec.objectives[1]), trial.values[1])
     for key in (
         "tokens_per_item",
         "spent_tokens",
@@ -95,6 +95,11 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
     if error:
         client.set_tag(rid, "error", tracking.redact(error)[:5000])
     client.set_terminated(rid, status="FAILED" if trial.state.name == "FAIL" else "FINISHED")
+
+
+def _metric(objective: str) -> str:
+    """A trial's objective as an MLflow metric (tokens/item is also logged as a usage metric of its own)."""
+    return "objective_tokens_per_item" if objective == "tokens_per_item" else objective
 
 
 def finish_parent(
@@ -129,7 +134,7 @@ def finish_parent(
     for state, n in counts.items():
         client.log_metric(parent_run_id, f"trials.{state.lower()}", n)
     if best and not spec.multi:
-        client.log_metric(parent_run_id, "best_accuracy", best[0].values[0])
+        client.log_metric(parent_run_id, f"best_{spec.objectives[0]}", best[0].values[0])
         for k, v in tracking.safe_params({"best": best[0].params}).items():
             client.set_tag(parent_run_id, k, v)
     if final_test:
@@ -145,12 +150,12 @@ def finish_parent(
             try:
                 target = (lambda t: t.values[0]) if spec.multi else None
                 figures["param_importances.png"] = vis.plot_param_importances(
-                    study, target=target, target_name="accuracy"
+                    study, target=target, target_name=spec.objectives[0]
                 ).figure
             except (ValueError, RuntimeError):  # e.g. a parameter that never varied
                 pass
         if spec.multi and complete:
-            figures["pareto_front.png"] = vis.plot_pareto_front(study, target_names=["accuracy", "tokens/item"]).figure
+            figures["pareto_front.png"] = vis.plot_pareto_front(study, target_names=list(spec.objectives)).figure
     with tempfile.TemporaryDirectory() as tmp:
         for name, fig in figures.items():
             path = Path(tmp) / name
