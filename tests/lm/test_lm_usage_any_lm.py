@@ -9,7 +9,7 @@ from typing import Any
 import dspy
 import pytest
 
-from dspy_for.lm import usage as usage_mod
+from dspy_for.lm import recorder as recorder_mod
 from dspy_for.lm.factory import configure_cache
 from dspy_for.lm.usage import CallRecord, RecordingDummyLM, UsageRecordingMixin, UsageWarning, role, track_usage
 from dspy_for.testing import ScriptedLM
@@ -36,7 +36,7 @@ class LegacyLM(dspy.BaseLM):
 
 @pytest.fixture(autouse=True)
 def fresh_warnings(monkeypatch):
-    monkeypatch.setattr(usage_mod, "_warned_models", set())
+    monkeypatch.setattr(recorder_mod, "_warned_models", set())
 
 
 def quiet_legacy():
