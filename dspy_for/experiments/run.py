@@ -18,13 +18,15 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
+from tqdm.auto import tqdm
 
 from dspy_for.datasets import content_key, load_dataset, signature_for
 from dspy_for.errors import ConfigError
@@ -281,11 +283,16 @@ def evaluate(
         with lock:
             outcomes[i] = outcome
 
+    # our own progress bar: dspy.Evaluate's would show a failed item as a score of 0 in its running average
+    bar = tqdm(total=len(todo), desc=run.method.label, disable=not progress or not todo, dynamic_ncols=True)
+
     def score(devex: dspy.Example, pred: dspy.Prediction, trace: Any = None) -> float:
         i = int(devex["_item"])
         record = _record(todo[i], pred, outcomes.get(i), run.metric)
         with lock:
             fresh[record.key] = record
+            bar.update(1)
+            bar.set_postfix_str(_progress(fresh.values()), refresh=False)
         if store is not None:
             store.append(record)
         if on_record is not None:
@@ -302,14 +309,15 @@ def evaluate(
             devset=devset,
             metric=score,
             num_threads=run.spec.num_threads,
-            display_progress=progress,
+            display_progress=False,
             display_table=False,
             max_errors=len(devset) + 1,
             failure_score=0.0,
             provide_traceback=False,
         )
-        with dspy.context(lm=run.lm):
+        with dspy.context(lm=run.lm), _without_evaluate_summary():
             result = evaluator(_ItemRunner(run.program, todo, run.uses_labels, keep_outcome))
+        bar.close()
         scored = {
             content_key(todo[int(ex["_item"])].get("question"), todo[int(ex["_item"])].get("answer")): s
             for ex, _, s in result.results
@@ -327,6 +335,31 @@ def evaluate(
         items = _judge_items(run, items, store, progress)
     reused = sum(done[i.key].wall_time for i in items if i.key in done and i.key not in fresh)
     return MethodResult(label=run.method.label, items=items, wall_time=time.perf_counter() - start, reused_time=reused)
+
+
+class _EvaluateSummaryFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Average Metric")
+
+
+@contextmanager
+def _without_evaluate_summary() -> Iterator[None]:
+    """Hide dspy.Evaluate's "Average Metric: x / n" line: it counts failed items as 0 (our records don't)."""
+    log = logging.getLogger("dspy.evaluate.evaluate")
+    quiet = _EvaluateSummaryFilter()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
+
+
+def _progress(records: Iterable[ItemResult]) -> str:
+    """``acc 42.0% of 50 scored, 2 failed``: accuracy over scored items only, failures counted apart."""
+    scores = [r.score for r in records if not r.failed]
+    failed = sum(1 for r in records if r.failed)
+    text = f"acc {sum(scores) / len(scores):.1%} of {len(scores)} scored" if scores else "none scored yet"
+    return text + (f", {failed} failed" if failed else "")
 
 
 _SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}
