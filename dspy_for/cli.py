@@ -261,7 +261,10 @@ def compare(
     browse = "dspy-for ui" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
     console.print(f"MLflow run {result.run_id}; browse with: {browse}", soft_wrap=True, markup=False)
     if not result.ok:
-        _failed_run(error_lines(result), f"{result.n_failed} item(s) failed.")
+        what = f"{result.n_failed} item(s) failed" + (
+            f", {result.judge_errors} not graded by the judge" if result.judge_errors else ""
+        )
+        _failed_run(error_lines(result), what + ".")
 
 
 # ----------------------------------------------------------------------------------------- sweep

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
@@ -184,6 +185,8 @@ class Judge:
         self.predictor = dspy.Predict(JudgeItem)
 
     def __call__(self, example: Any, prediction: Any, response: str) -> JudgeVerdict:
+        """The verdict on one item. An unreadable verdict falls back to the rule and says so; an LM failure of
+        the judge is raised (an error, never a verdict)."""
         try:
             with role("judge"), dspy.context(lm=self.judge_lm, trace=[]):
                 out = self.predictor(
@@ -192,15 +195,15 @@ class Judge:
                     response=response,
                     final_answer=str(_pred_value(prediction, "answer")),
                 )
-            scores: dict[str, float | None] = {r: _unit(out.get(f"{r}_score")) for r in self.rubrics}
-            return JudgeVerdict(bool(out.match), "judge", scores)
-        except Exception as exc:  # the judge failing must not lose the item: the rule decides, and says so
+        except AdapterParseError as exc:  # the judge answered unreadably: the paper's rule decides, recorded
             return JudgeVerdict(
                 bool(self.fallback(example, prediction)),
                 "rule",
                 dict.fromkeys(self.rubrics),
                 f"{type(exc).__name__}: {exc}",
             )
+        scores: dict[str, float | None] = {r: _unit(out.get(f"{r}_score")) for r in self.rubrics}
+        return JudgeVerdict(bool(out.match), "judge", scores)
 
 
 def _unit(value: Any) -> float:

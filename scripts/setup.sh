@@ -12,6 +12,16 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+if [[ ",${EXTRAS}," == *",local,"* ]] && ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+  # A portable CPU build (AVX2, no AMX): llama.cpp's default native build uses the AMX tiles of CPUs that have
+  # them, and a kernel or sandbox that does not grant AMX kills the server on its first request (a general
+  # protection fault in libggml-cpu). --no-cache-dir: never reuse a wheel pip cached from a native build.
+  req=$(.venv/bin/python -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb'));
+print(next(r for r in d['project']['optional-dependencies']['local'] if r.startswith('llama-cpp-python')))")
+  CMAKE_ARGS=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"} \
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "$req"
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${EXTRAS}]"
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 .venv/bin/dspy-for models pull "$MODEL"

@@ -54,9 +54,14 @@ class ComparisonResult:
         return sum(r.n_failed for by_label in self.results.values() for r in by_label.values())
 
     @property
+    def judge_errors(self) -> int:
+        return sum(r.judge_errors for by_label in self.results.values() for r in by_label.values())
+
+    @property
     def ok(self) -> bool:
-        """No failed item and no method that could not run: every number printed is a measured one."""
-        return self.n_failed == 0 and not any(self.errors.values())
+        """No failed item, no item the judge's LM failed on, and no method that could not run: every number
+        printed is a measured one."""
+        return self.n_failed == 0 and self.judge_errors == 0 and not any(self.errors.values())
 
 
 def compare(spec_or_path: ExperimentSpec | str | Path | None = None, **overrides: Any) -> ComparisonResult:

@@ -174,6 +174,11 @@ class MethodResult:
         return out
 
     @property
+    def judge_errors(self) -> int:
+        """Scored items the judge could not grade because its LM failed (graded again on the next run)."""
+        return sum(1 for i in self.scored if (i.judge or {}).get("method") == "error")
+
+    @property
     def judge_usage(self) -> Usage:
         total = Usage()
         for item in self.scored:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -38,13 +39,14 @@ def judge_summary(r: MethodResult, base: MethodResult | None) -> dict[str, Any]:
     bootstrap) with p; how often the rule decided because the judge failed; the judge's agreement with the
     dataset metric (Cohen's κ over the items it judged); and the judge's tokens per item (apart from the
     method's own)."""
-    judged = [(i.judge, i.score) for i in r.scored if i.judge is not None]
-    if not judged:
+    judged = [(i.judge, i.score) for i in r.scored if i.judge is not None and i.judge.get("method") != "error"]
+    if not judged and not r.judge_errors:
         return {}
     out: dict[str, Any] = {
         "n": len(judged),
+        "errors": r.judge_errors,
         "fallbacks": sum(1 for verdict, _ in judged if verdict.get("method") == "rule"),
-        "tokens_per_item": r.judge_usage.total.served_tokens / len(judged),
+        "tokens_per_item": r.judge_usage.total.served_tokens / max(1, len(judged)),
     }
     by_judge = [(verdict, score) for verdict, score in judged if verdict.get("method") == "judge"]
     if by_judge:
@@ -189,6 +191,9 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
 def error_lines(result: ComparisonResult) -> list[str]:
     """Each distinct error once, with how many items (or methods) it failed."""
     lines = [f"{count} item(s) failed: {error}" for error, count in result.item_errors().most_common()]
+    verdicts = [i.judge for by_label in result.results.values() for r in by_label.values() for i in r.scored]
+    judge = Counter(str(v.get("error")) for v in verdicts if v is not None and v.get("method") == "error")
+    lines += [f"{count} item(s) not graded, the judge's LM failed: {error}" for error, count in judge.most_common()]
     for dataset, errs in result.errors.items():
         lines.extend(f"{label} on {dataset} could not run: {err}" for label, err in errs.items())
     return lines
@@ -233,6 +238,8 @@ def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
             )
         if j["fallbacks"]:
             line += f"; judge failed on {j['fallbacks']} (the metric decided)"
+        if j["errors"]:
+            line += f"; judge's LM failed on {j['errors']}: not graded, graded on the next run"
         line += f"; judge tokens/item {j['tokens_per_item']:,.0f}"
         if deltas:
             line += f"; Δ vs {result.spec.baseline}: " + ", ".join(deltas)

@@ -28,16 +28,23 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from tqdm.auto import tqdm
 
-from dspy_for.datasets import content_key, load_dataset, signature_for
-from dspy_for.errors import ConfigError
+from dspy_for.datasets import content_key, signature_for
+from dspy_for.experiments.compile_step import compile_for_run
+from dspy_for.experiments.judging import judge_items
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.records import ItemResult, MethodResult, ResultStore
-from dspy_for.experiments.spec import DatasetConfig, LMSpec, MethodConfig, RunSpec, prompts_fingerprint
+from dspy_for.experiments.spec import (
+    DatasetConfig,
+    LMSpec,
+    MethodConfig,
+    RunSpec,
+    load_examples,
+    prompts_fingerprint,
+)
 from dspy_for.judges import RUBRICS, Judge
 from dspy_for.lm import make_lm
 from dspy_for.lm.usage import role, track_usage
 from dspy_for.metrics import metric_for
-from dspy_for.optimizers import COMPILERS, compile_program
 from dspy_for.secrets import redact
 
 __all__ = ["PreparedRun", "build_lms", "evaluate", "load_examples", "prepare_run"]
@@ -71,18 +78,6 @@ class PreparedRun:
     @property
     def roles(self) -> tuple[str, ...]:
         return get_method(self.method.name).roles
-
-
-def load_examples(
-    dataset: DatasetConfig, split: str | None = None, *, limit: int | None = None, first: int | None = None
-) -> list[dspy.Example]:
-    """The items of ``dataset`` (or of another ``split`` of it): a seeded ``limit`` sample, then the ``first`` N."""
-    d = dataset
-    examples = load_dataset(
-        d.name, split or d.split, data_dir=d.data_dir, limit=limit if split else d.limit, seed=d.seed
-    )
-    n = first if split else d.first
-    return examples[:n] if n else examples
 
 
 def build_lms(
@@ -143,7 +138,7 @@ def prepare_run(
         key=key,
     )
     if method.compile:
-        run.program, run.compile_usage = _compile(run, compile_dir)
+        run.program, run.compile_usage = compile_for_run(run, compile_dir)
     if spec.judge is not None:
         judge_lm = (
             spec.judge.lm
@@ -160,55 +155,6 @@ def prepare_run(
             sort_keys=True,
         )
     return run
-
-
-# ------------------------------------------------------------------------------------------ compile
-
-
-def compile_settings(method: MethodConfig) -> dict[str, Any]:
-    """The compile table of ``method``, checked: ``kind`` is required and known."""
-    cfg = dict(method.compile or {})
-    kind = cfg.get("kind")
-    if kind not in COMPILERS:
-        raise ConfigError(
-            f"`compile` of method `{method.label}` needs `kind` = one of {', '.join(COMPILERS)}, got {kind!r}."
-        )
-    return cfg
-
-
-def _compile(run: PreparedRun, compile_dir: Path | None) -> tuple[dspy.Module, dict[str, Any]]:
-    """Compile on ``trainset`` (default the train split; ``train_limit``: a seeded sample of N) with decisions
-    on the last ``val_limit`` items of ``valset`` (default val) — away from the first items runs score."""
-    cfg = compile_settings(run.method)
-    kind = cfg.pop("kind")
-    cached = compile_dir / f"{run.method.label}.{run.key}.compiled.json" if compile_dir else None
-    if cached is not None and cached.is_file():
-        run.program.load(str(cached))
-        return run.program, json.loads(cached.with_suffix(".usage.json").read_text())
-    d = run.dataset
-    trainset = load_examples(d, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
-    valset = load_examples(d, cfg.pop("valset", "val"))
-    val_limit = cfg.pop("val_limit", None)
-    if val_limit:
-        valset = valset[-int(val_limit) :]
-    optimizer_lm = make_lm(
-        cfg.pop("optimizer_lm", run.spec.lm), max_tokens=run.spec.max_tokens, **run.spec.lm_options_for("optimizer")
-    )
-    result = compile_program(
-        kind,
-        run.program,
-        trainset=trainset,
-        valset=valset,
-        metric=run.metric,
-        seed=run.spec.seed,
-        optimizer_lm=optimizer_lm,
-        **cfg,
-    )
-    if cached is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        result.program.save(str(cached))
-        cached.with_suffix(".usage.json").write_text(json.dumps(result.usage))
-    return result.program, result.usage
 
 
 # ----------------------------------------------------------------------------------------- evaluate
@@ -332,7 +278,7 @@ def evaluate(
             raise RuntimeError(f"dspy.Evaluate scored item {item.id} {scored[key]} but the record says {item.score}")
         items.append(item)
     if run.judge is not None:
-        items = _judge_items(run, items, store, progress)
+        items = judge_items(run, items, store, progress)
     reused = sum(done[i.key].wall_time for i in items if i.key in done and i.key not in fresh)
     return MethodResult(label=run.method.label, items=items, wall_time=time.perf_counter() - start, reused_time=reused)
 
@@ -363,43 +309,6 @@ def _progress(records: Iterable[ItemResult]) -> str:
 
 
 _SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}
-
-
-def _judge_items(
-    run: PreparedRun, items: list[ItemResult], store: ResultStore | None, progress: bool
-) -> list[ItemResult]:
-    """Grade every scored item that has no verdict of this judge yet (fresh ones, and reused ones judged by
-    no or another judge) — the method is not run again; the verdict and the judge's usage go to the store."""
-    assert run.judge is not None
-    todo = [i for i, item in enumerate(items) if not item.failed and (item.judge or {}).get("lm") != run.judge_name]
-    examples = {content_key(ex.get("question"), ex.get("answer")): ex for ex in run.examples}
-    for n, i in enumerate(todo, start=1):
-        item = items[i]
-        example = examples.get(item.key) or dspy.Example(question=item.question, answer=item.gold)
-        with track_usage() as usage:
-            verdict = run.judge(example, dspy.Prediction(**item.prediction), judged_text(item))
-        items[i] = replace(item, judge={**verdict.to_dict(), "lm": run.judge_name}, judge_usage=usage.to_dict())
-        if store is not None:
-            store.append(items[i])
-        if progress and (n % 10 == 0 or n == len(todo)):
-            logger.info("judged %d/%d items of %s", n, len(todo), run.method.label)
-    return items
-
-
-def judged_text(item: ItemResult) -> str:
-    """What the judge reads of an item: the method's dialogue (FOR's turns, role by role) if it has one, else
-    its reasoning, then its final answer."""
-    lines = []
-    for turn in item.trajectory or []:
-        if isinstance(turn, dict) and "role" in turn and "fields" in turn:
-            fields = {k: v for k, v in turn["fields"].items() if k not in ("violations", "attempt", "repeats")}
-            body = "; ".join(f"{k}: {v}" for k, v in fields.items())
-            lines.append(f"[{turn['role']}, round {turn.get('round', 0)}] {body}")
-    if not lines and item.prediction.get("reasoning"):
-        lines.append(str(item.prediction["reasoning"]))
-    outputs = {k: v for k, v in item.prediction.items() if k != "reasoning"}
-    lines.append("final: " + "; ".join(f"{k}: {v}" for k, v in outputs.items()))
-    return "\n".join(lines)
 
 
 def _record(example: dspy.Example, pred: dspy.Prediction, outcome: _Outcome | None, metric: Metric) -> ItemResult:

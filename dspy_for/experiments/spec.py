@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import dspy
 
-from dspy_for.datasets import dataset_info
+from dspy_for.datasets import dataset_info, load_dataset
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import get_method
 from dspy_for.judges import RUBRICS
@@ -31,6 +31,7 @@ __all__ = [
     "JudgeConfig",
     "MethodConfig",
     "RunSpec",
+    "load_examples",
     "prompts_fingerprint",
 ]
 
@@ -64,6 +65,18 @@ class DatasetConfig:
             value = getattr(self, key)
             if value is not None:
                 _positive_int(value, f"{key}` of dataset `{self.name}")
+
+
+def load_examples(
+    dataset: DatasetConfig, split: str | None = None, *, limit: int | None = None, first: int | None = None
+) -> list[dspy.Example]:
+    """The items of ``dataset`` (or of another ``split`` of it): a seeded ``limit`` sample, then the ``first`` N."""
+    d = dataset
+    examples = load_dataset(
+        d.name, split or d.split, data_dir=d.data_dir, limit=limit if split else d.limit, seed=d.seed
+    )
+    n = first if split else d.first
+    return examples[:n] if n else examples
 
 
 @dataclass

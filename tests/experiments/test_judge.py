@@ -167,3 +167,27 @@ def test_cohens_kappa():
     assert cohens_kappa([True, False, True, False], [True, False, True, False]) == 1.0
     assert cohens_kappa([True, True, False, False], [True, False, True, False]) == 0.0
     assert cohens_kappa([True, True], [True, True]) == 1.0
+
+
+def test_an_lm_failure_of_the_judge_is_an_error_never_a_rule_verdict(scripted, tmp_path):
+    """Unreadable verdicts fall back to the rule (the paper's rule, recorded); a judge that cannot be reached
+    grades nothing: those items are errors, the run is not ok, and the next run grades them."""
+    real = scripted.responder
+
+    def judge_down(messages, max_tokens):
+        if "strict grader of a response" in system_text(messages):
+            raise RuntimeError("judge endpoint down")
+        return real(messages, max_tokens)
+
+    scripted.responder = judge_down
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result = compare(_write(tmp_path), tracking_uri=uri)
+    cot = result.results["gsm8k"]["cot"]
+    assert cot.judge_errors == 4 and all(i.judge["method"] == "error" for i in cot.items)
+    assert not result.ok and result.judge_errors == 8
+    row = next(r for r in result.rows if r["method"] == "cot")["judge"]
+    assert row["n"] == 0 and row["errors"] == 4 and "judged_accuracy" not in row  # no number, not the rule's
+    assert "8 item(s) not graded, the judge's LM failed: LMUnexpectedError" in table_text(result)
+    scripted.responder = real
+    again = compare(_write(tmp_path), tracking_uri=uri)
+    assert again.ok and all(i.judge["method"] in ("judge", "rule") for i in again.results["gsm8k"]["cot"].items)

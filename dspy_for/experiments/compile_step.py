@@ -1,0 +1,66 @@
+"""The optional compile step of a run: a method's ``compile`` table (TextGrad, GEPA, MIPROv2, BootstrapFewShot)
+applied to its program before it is evaluated, with one meaning of every option for compare and sweeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dspy
+
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.spec import MethodConfig, load_examples
+from dspy_for.lm import make_lm
+from dspy_for.optimizers import COMPILERS, compile_program
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.run import PreparedRun
+
+__all__ = ["compile_for_run", "compile_settings"]
+
+
+def compile_settings(method: MethodConfig) -> dict[str, Any]:
+    """The compile table of ``method``, checked: ``kind`` is required and known."""
+    cfg = dict(method.compile or {})
+    kind = cfg.get("kind")
+    if kind not in COMPILERS:
+        raise ConfigError(
+            f"`compile` of method `{method.label}` needs `kind` = one of {', '.join(COMPILERS)}, got {kind!r}."
+        )
+    return cfg
+
+
+def compile_for_run(run: PreparedRun, compile_dir: Path | None) -> tuple[dspy.Module, dict[str, Any]]:
+    """Compile on ``trainset`` (default the train split; ``train_limit``: a seeded sample of N) with decisions
+    on the last ``val_limit`` items of ``valset`` (default val) — away from the first items runs score."""
+    cfg = compile_settings(run.method)
+    kind = cfg.pop("kind")
+    cached = compile_dir / f"{run.method.label}.{run.key}.compiled.json" if compile_dir else None
+    if cached is not None and cached.is_file():
+        run.program.load(str(cached))
+        return run.program, json.loads(cached.with_suffix(".usage.json").read_text())
+    d = run.dataset
+    trainset = load_examples(d, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
+    valset = load_examples(d, cfg.pop("valset", "val"))
+    val_limit = cfg.pop("val_limit", None)
+    if val_limit:
+        valset = valset[-int(val_limit) :]
+    optimizer_lm = make_lm(
+        cfg.pop("optimizer_lm", run.spec.lm), max_tokens=run.spec.max_tokens, **run.spec.lm_options_for("optimizer")
+    )
+    result = compile_program(
+        kind,
+        run.program,
+        trainset=trainset,
+        valset=valset,
+        metric=run.metric,
+        seed=run.spec.seed,
+        optimizer_lm=optimizer_lm,
+        **cfg,
+    )
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        result.program.save(str(cached))
+        cached.with_suffix(".usage.json").write_text(json.dumps(result.usage))
+    return result.program, result.usage
