@@ -46,6 +46,35 @@ JUDGE_LM_HELP = "LM that grades every item (judged accuracy; reasoning, coherenc
 ROLE_LM_OPTION_HELP = "LM option for one role, ROLE:KEY=VALUE (repeatable), e.g. host:api_base=http://h:8000/v1."
 
 
+# the options every run command takes, declared once (their meaning lives in experiments/config.py)
+LmOpt = Annotated[str | None, typer.Option(help=LM_HELP)]
+RoleLmOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)]
+LmOptionOpt = Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)]
+RoleLmOptionOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)]
+JudgeLmOpt = Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)]
+DataDirOpt = Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")]
+TrackingUriOpt = Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")]
+
+
+_RUN_FLAGS = {
+    "lm": "lm",
+    "role_lm": "role_lms",
+    "lm_option": "lm_options",
+    "role_lm_option": "role_lm_options",
+    "judge_lm": "judge_lm",
+    "data_dir": "data_dir",
+    "tracking_uri": "tracking_uri",
+}
+
+
+def _run_overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """The shared run flags of a command (its arguments) as the library's override names; a repeatable flag
+    not given is None."""
+    return {
+        name: flags[flag] or None if isinstance(flags[flag], list) else flags[flag] for flag, name in _RUN_FLAGS.items()
+    }
+
+
 def _parse_value(text: str) -> Any:
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
@@ -212,13 +241,13 @@ def compare(
     limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items.")] = None,
     first: Annotated[int | None, typer.Option(help="Only the first N items of each split (after --limit).")] = None,
     methods: Annotated[str | None, typer.Option(help="Comma-separated method labels or names.")] = None,
-    lm: Annotated[str | None, typer.Option(help=LM_HELP)] = None,
-    role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
-    data_dir: Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")] = None,
-    tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")] = None,
-    lm_option: Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)] = None,
-    role_lm_option: Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)] = None,
-    judge_lm: Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)] = None,
+    lm: LmOpt = None,
+    role_lm: RoleLmOpt = None,
+    data_dir: DataDirOpt = None,
+    tracking_uri: TrackingUriOpt = None,
+    lm_option: LmOptionOpt = None,
+    role_lm_option: RoleLmOptionOpt = None,
+    judge_lm: JudgeLmOpt = None,
     match_budget: Annotated[
         bool | None,
         typer.Option("--match-budget/--no-match-budget", help="Size self-consistency and Refine to FOR's tokens/item."),
@@ -230,6 +259,7 @@ def compare(
     ] = None,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
+    flags = dict(locals())
 
     _show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
     try:
@@ -240,17 +270,11 @@ def compare(
             limit=limit,
             first=first,
             methods=methods,
-            lm=lm,
-            role_lms=role_lm or None,
-            lm_options=lm_option or None,
-            role_lm_options=role_lm_option or None,
-            judge_lm=judge_lm,
-            data_dir=data_dir,
-            tracking_uri=tracking_uri,
             match_budget=match_budget,
             autolog=autolog or None,
             num_threads=threads,
             results_dir=results_dir,
+            **_run_overrides(flags),
         )
     except DspyForError as exc:
         _fail(exc)
@@ -280,16 +304,17 @@ def sweep(
     workers: Annotated[int, typer.Option(help="Local worker processes on the same study.")] = 1,
     limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N validation items.")] = None,
     first: Annotated[int | None, typer.Option(help="Only the first N validation items (after --limit).")] = None,
-    lm: Annotated[str | None, typer.Option(help=LM_HELP)] = None,
-    role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
-    lm_option: Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)] = None,
-    role_lm_option: Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)] = None,
-    judge_lm: Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)] = None,
-    data_dir: Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")] = None,
-    tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")] = None,
+    lm: LmOpt = None,
+    role_lm: RoleLmOpt = None,
+    data_dir: DataDirOpt = None,
+    tracking_uri: TrackingUriOpt = None,
+    lm_option: LmOptionOpt = None,
+    role_lm_option: RoleLmOptionOpt = None,
+    judge_lm: JudgeLmOpt = None,
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
+    flags = dict(locals())
 
     _show_progress(
         sweep_logger.name, "dspy_for.optimizers", "dspy_for.experiments"
@@ -305,13 +330,7 @@ def sweep(
             study=study,
             limit=limit,
             first=first,
-            lm=lm,
-            role_lms=role_lm or None,
-            lm_options=lm_option or None,
-            role_lm_options=role_lm_option or None,
-            judge_lm=judge_lm,
-            data_dir=data_dir,
-            tracking_uri=tracking_uri,
+            **_run_overrides(flags),
         )
     except SweepError as exc:
         _failed_run([str(exc)], "The sweep stopped.")
