@@ -57,7 +57,7 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
     artifact_root = None
     root = Path("mlruns")
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///") :])
         root = db.parent
         artifact_root = (root / "artifacts").resolve().as_uri()
     root.mkdir(parents=True, exist_ok=True)
@@ -82,9 +82,15 @@ def experiment_id(experiment: str) -> str:
 
 
 def autolog() -> None:
-    """DSPy autologging into MLflow traces (``--autolog``); trace text is masked by :func:`redact`."""
+    """DSPy autologging into MLflow traces (``--autolog``). Every span MLflow exports from then on is masked by
+    :func:`redact` (inputs, outputs, attributes, events, status): a span processor, installed once per process and
+    before ``mlflow.dspy.autolog()`` so that DSPy's first trace is masked too. Raises
+    :class:`~dspy_for.errors.MissingDependencyError` on an MLflow without what the masking needs."""
     import mlflow
 
+    from dspy_for.experiments.trace_masking import install_span_masking
+
+    install_span_masking()
     mlflow.dspy.autolog()
 
 
@@ -124,8 +130,14 @@ def environment_params() -> dict[str, str]:
         commit, dirty = "", ""
     packages = ("dspy-for", "dspy", "litellm", "mlflow", "optuna", "llama-cpp-python")
     params = {f"version.{p}": _version(p) for p in packages}
-    params.update({"python": platform.python_version(), "platform": platform.platform(),
-                   "git_commit": commit or "unknown", "git_dirty": str(bool(dirty.strip()))})
+    params.update(
+        {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "git_commit": commit or "unknown",
+            "git_dirty": str(bool(dirty.strip())),
+        }
+    )
     return params
 
 

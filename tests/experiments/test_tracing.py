@@ -12,7 +12,7 @@ import dspy
 import pytest
 
 import dspy_for.experiments.run as run_mod
-from dspy_for.experiments import tracing
+from dspy_for.experiments import trace_datasets, tracing
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.records import ItemResult, MethodResult
 from dspy_for.testing import ScriptedLM, system_text
@@ -52,6 +52,14 @@ options = { rounds = 1 }
 """
 
 FOR_SPANS = ["defender A0", "debater r1", "defender r1", "host"]
+
+
+def leaky(messages, max_tokens):
+    """The scripted answers, echoing the key (as an endpoint may echo one in an error body)."""
+    out = responder(messages, max_tokens)
+    if "questions" in out:
+        return {"questions": [f"Is {CANARY} your key?"]}
+    return {**out, "reasoning": f"my key is {CANARY}"}
 
 
 @pytest.fixture
@@ -212,13 +220,6 @@ def test_no_secret_reaches_a_trace(monkeypatch, scripted, tmp_path):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
-
-    def leaky(messages, max_tokens):
-        out = responder(messages, max_tokens)
-        if "questions" in out:
-            return {"questions": [f"Is {CANARY} your key?"]}
-        return {**out, "reasoning": f"my key is {CANARY}"}
-
     scripted.responder = leaky
     uri = _uri(tmp_path)
     result = compare(_write(tmp_path), tracking_uri=uri)
@@ -241,13 +242,81 @@ def test_no_secret_reaches_a_trace(monkeypatch, scripted, tmp_path):
         assert CANARY not in json.dumps([ds.name, ds.source, ds.schema, ds.profile])
 
 
+@pytest.fixture
+def autolog_off():
+    """Autolog and its span masking are process-wide: turned off again after the test."""
+    yield
+    import mlflow
+
+    from dspy_for.compat import mlflow as compat
+    from dspy_for.experiments.trace_masking import mask_span
+
+    mlflow.dspy.autolog(disable=True)
+    compat.remove_span_processor(mask_span)
+
+
+def test_no_secret_reaches_the_store_with_autolog(monkeypatch, scripted, tmp_path, autolog_off):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from dspy_for.compat import mlflow as compat
+    from dspy_for.experiments.trace_masking import mask_span
+
+    def leaky_or_failing(messages, max_tokens):
+        if FAIL_ON in "".join(str(m.get("content", "")) for m in messages):  # the key in an error: span events
+            raise ConnectionError(f"connection refused for key {CANARY}")
+        return leaky(messages, max_tokens)
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    scripted.responder = leaky_or_failing
+    uri = _uri(tmp_path)
+    compare(_write(tmp_path), tracking_uri=uri, autolog=True)
+    compare(_write(tmp_path, CONFIG.replace("first = 3", "first = 4")), tracking_uri=uri, autolog=True)
+    mlflow.flush_trace_async_logging()
+    # the key is nowhere in the store: the database (read as bytes), its journal, artifacts, results files
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "mlflow.db" for p in files)
+    leaks = [str(p.relative_to(tmp_path)) for p in files if CANARY.encode() in p.read_bytes()]
+    assert not leaks, f"the key reached {leaks}"
+    # ... though DSPy's own traces (autolog's, not ours) were written, with the echoed key masked
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("test")
+    traces = client.search_traces(locations=[exp.experiment_id], max_results=1000)
+    texts = [json.dumps(t.to_dict(), default=str) for t in traces if "dspy_for.item_id" not in t.info.trace_metadata]
+    assert any("my key is ***" in text for text in texts)
+    assert any("connection refused for key ***" in text for text in texts)
+    assert compat.span_processors().count(mask_span) == 1  # installed once across runs
+
+
+def test_mask_span_masks_inputs_outputs_attributes_events_and_status(monkeypatch):
+    import mlflow
+
+    from dspy_for.compat import mlflow as compat
+    from dspy_for.experiments.trace_masking import mask_span
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    span = compat.start_live_span("call", start_ns=1, span_type="LLM")
+    span.set_inputs({"messages": [{"role": "user", "content": f"key {CANARY}"}]})
+    span.set_attributes({"lm.kwargs": {"api_base": "x", "note": CANARY}, "n": 3})
+    span.record_exception(f"refused for {CANARY}")
+    with mlflow.tracing.configure(span_processors=[mask_span]):  # as autolog's spans: masked as they end
+        compat.end_live_span(span, outputs={"answer": f"it is {CANARY}"}, status=None, end_ns=2)
+    done = compat.finished_span(span)
+    assert CANARY not in json.dumps([done.to_dict(), done.status.description], default=str)
+    assert done.inputs == {"messages": [{"role": "user", "content": "key ***"}]}
+    assert done.outputs == {"answer": "it is ***"}
+    assert done.attributes["lm.kwargs"] == {"api_base": "x", "note": "***"} and done.attributes["n"] == 3
+    assert done.events[0].attributes["exception.message"] == "refused for ***"
+    assert done.status.status_code == "ERROR" and done.status.description == "Exception: refused for ***"
+
+
 def test_a_tracing_failure_never_fails_the_comparison(monkeypatch, scripted, tmp_path, caplog):
     def boom(*args, **kwargs):
         raise RuntimeError(f"tracing exploded {CANARY}")
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     monkeypatch.setattr(tracing, "_build_trace", boom)
-    monkeypatch.setattr(tracing, "_log_dataset", boom)
+    monkeypatch.setattr(trace_datasets, "_log_dataset", boom)
     uri = _uri(tmp_path)
     with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
         result = compare(_write(tmp_path), tracking_uri=uri)
