@@ -11,7 +11,6 @@ import dspy
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.spec import MethodConfig, load_examples
-from dspy_for.lm import make_lm
 from dspy_for.optimizers import COMPILERS, compile_program
 
 if TYPE_CHECKING:
@@ -31,9 +30,12 @@ def compile_settings(method: MethodConfig) -> dict[str, Any]:
     return cfg
 
 
-def compile_for_run(run: PreparedRun, compile_dir: Path | None) -> tuple[dspy.Module, dict[str, Any]]:
+def compile_for_run(
+    run: PreparedRun, compile_dir: Path | None, optimizer_lm: dspy.BaseLM
+) -> tuple[dspy.Module, dict[str, Any]]:
     """Compile on ``trainset`` (default the train split; ``train_limit``: a seeded sample of N) with decisions
-    on the last ``val_limit`` items of ``valset`` (default val) — away from the first items runs score."""
+    on the last ``val_limit`` items of ``valset`` (default val) — away from the first items runs score — with
+    ``optimizer_lm`` (built by the run from the table's ``optimizer_lm``, default the run's LM)."""
     cfg = compile_settings(run.method)
     kind = cfg.pop("kind")
     cached = compile_dir / f"{run.method.label}.{run.key}.compiled.json" if compile_dir else None
@@ -46,9 +48,7 @@ def compile_for_run(run: PreparedRun, compile_dir: Path | None) -> tuple[dspy.Mo
     val_limit = cfg.pop("val_limit", None)
     if val_limit:
         valset = valset[-int(val_limit) :]
-    optimizer_lm = make_lm(
-        cfg.pop("optimizer_lm", run.spec.lm), max_tokens=run.spec.max_tokens, **run.spec.lm_options_for("optimizer")
-    )
+    cfg.pop("optimizer_lm", None)
     result = compile_program(
         kind,
         run.program,

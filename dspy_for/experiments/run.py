@@ -29,7 +29,7 @@ from dspy.utils.exceptions import AdapterParseError
 from tqdm.auto import tqdm
 
 from dspy_for.datasets import content_key, signature_for
-from dspy_for.experiments.compile_step import compile_for_run
+from dspy_for.experiments.compile_step import compile_for_run, compile_settings
 from dspy_for.experiments.judging import judge_items
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.records import ItemResult, MethodResult, ResultStore
@@ -47,7 +47,7 @@ from dspy_for.lm.usage import role, track_usage
 from dspy_for.metrics import metric_for
 from dspy_for.secrets import redact
 
-__all__ = ["PreparedRun", "build_lms", "evaluate", "load_examples", "prepare_run"]
+__all__ = ["PreparedRun", "build_lms", "evaluate", "load_examples", "prepare_run", "role_lm"]
 
 Metric = Callable[..., Any]
 OnRecord = Callable[[ItemResult], None]
@@ -80,26 +80,34 @@ class PreparedRun:
         return get_method(self.method.name).roles
 
 
+def role_lm(spec: RunSpec, lm: LMSpec, role_name: str | None, temperature: float | None = None) -> dspy.BaseLM:
+    """The one place a run builds an LM: ``lm`` (a spec string, or a user's LM object used as is) with the run's
+    ``max_tokens``, cache and the LM options of ``role_name`` (None: the options every role shares)."""
+    if isinstance(lm, dspy.BaseLM):
+        return lm.copy(temperature=temperature) if temperature is not None else lm
+    options = spec.lm_options_for(role_name) if role_name else spec.lm_options
+    opts = {"max_tokens": spec.max_tokens, "cache": spec.cache, **options}
+    if temperature is not None:
+        opts["temperature"] = temperature
+    return make_lm(lm, **opts)
+
+
 def build_lms(
     spec: RunSpec, method: MethodConfig, temperature: float | None = None
 ) -> tuple[dspy.BaseLM, dict[str, dspy.BaseLM]]:
     """The LM of every role of ``method`` (and the run's default LM), each built once per distinct setting."""
     built: dict[str, dspy.BaseLM] = {}
 
-    def make(lm: LMSpec, options: Mapping[str, Any]) -> dspy.BaseLM:
-        if isinstance(lm, dspy.BaseLM):
-            return lm.copy(temperature=temperature) if temperature is not None else lm
-        opts = {"max_tokens": spec.max_tokens, "cache": spec.cache, **options}
-        if temperature is not None:
-            opts["temperature"] = temperature
-        key = json.dumps([lm, opts], sort_keys=True, default=str)
+    def make(lm: LMSpec, role_name: str | None) -> dspy.BaseLM:
+        options = spec.lm_options_for(role_name) if role_name else spec.lm_options
+        key = json.dumps([lm if isinstance(lm, str) else id(lm), options], sort_keys=True, default=str)
         if key not in built:
-            built[key] = make_lm(lm, **opts)
+            built[key] = role_lm(spec, lm, role_name, temperature)
         return built[key]
 
-    default = make(spec.lm, spec.lm_options)
+    default = make(spec.lm, None)
     roles = get_method(method.name).roles
-    return default, {r: make(spec.lm_for(r, method.role_lms), spec.lm_options_for(r)) for r in roles}
+    return default, {r: make(spec.lm_for(r, method.role_lms), r) for r in roles}
 
 
 def prepare_run(
@@ -138,14 +146,10 @@ def prepare_run(
         key=key,
     )
     if method.compile:
-        run.program, run.compile_usage = compile_for_run(run, compile_dir)
+        optimizer_lm = role_lm(spec, compile_settings(method).get("optimizer_lm", spec.lm), "optimizer")
+        run.program, run.compile_usage = compile_for_run(run, compile_dir, optimizer_lm)
     if spec.judge is not None:
-        judge_lm = (
-            spec.judge.lm
-            if isinstance(spec.judge.lm, dspy.BaseLM)
-            else make_lm(spec.judge.lm, max_tokens=spec.max_tokens, cache=spec.cache, **spec.lm_options_for("judge"))
-        )
-        run.judge = Judge(judge_lm, fallback=metric, rubrics=spec.judge.rubrics or RUBRICS)
+        run.judge = Judge(role_lm(spec, spec.judge.lm, "judge"), fallback=metric, rubrics=spec.judge.rubrics or RUBRICS)
         # a verdict is reused only from this judge: the same LM and the same grading prompt
         run.judge_name = json.dumps(
             {

@@ -2,7 +2,8 @@
 
 Each trace carries the gold answer as the ``expected_response`` expectation and, for a scored item, the
 ``correct`` feedback (bool) from the dataset's metric and its ``total_tokens``. A failed item has no ``correct``
-feedback (an error is not a score). More assessments (e.g. an LLM judge's) plug in as :data:`Assessor` functions.
+feedback (an error is not a score); with a ``[judge]``, its verdict and quality scores. More assessments plug in
+as :data:`Assessor` functions.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ __all__ = [
     "CORRECT",
     "DEFAULT_ASSESSORS",
     "EXPECTED",
+    "JUDGED",
     "SCORE",
     "TOKENS",
     "Assessor",
     "TraceContext",
+    "judge_assessments",
     "masked",
     "outcome",
     "outcome_assessments",
@@ -37,6 +40,7 @@ __all__ = [
 CORRECT = "correct"  # the metric's verdict on a scored item (bool)
 EXPECTED = "expected_response"  # the gold answer (MLflow's name for a reference answer)
 SCORE = "score"  # the metric's score, when it is not simply 0 or 1
+JUDGED = "judged_correct"  # the LLM judge's verdict (the FOR paper's judged accuracy)
 TOKENS = "total_tokens"  # the item's served tokens, as a feedback: the UI sorts and filters on feedback, not on Tokens
 
 
@@ -112,7 +116,35 @@ def usage_assessments(ctx: TraceContext, item: ItemResult) -> list[Assessment]:
     ]
 
 
-DEFAULT_ASSESSORS: tuple[Assessor, ...] = (outcome_assessments, usage_assessments)
+def judge_assessments(ctx: TraceContext, item: ItemResult) -> list[Assessment]:
+    """A judge's verdict on a scored item (when the run has a ``[judge]``): ``judged_correct`` and the quality
+    scores ``reasoning``, ``coherence``, ``holistic`` as LLM-judge feedback; a verdict the metric decided because
+    the judge's output was unreadable is marked as the rule's; an item the judge's LM failed on gets none."""
+    from mlflow.entities import AssessmentSource, Feedback
+
+    verdict = item.judge
+    if item.failed or verdict is None or verdict.get("method") == "error":
+        return []
+    meta = {ASSESSMENT_RUN: ctx.run_id} if ctx.run_id else None
+    judge = AssessmentSource(source_type="LLM_JUDGE", source_id=str(verdict.get("lm", "judge")))
+    rule = AssessmentSource(source_type="CODE", source_id=ctx.metric)
+    by_rule = verdict.get("method") == "rule"
+    out: list[Assessment] = [
+        Feedback(
+            name=JUDGED,
+            value=bool(verdict.get("correct")),
+            source=rule if by_rule else judge,
+            metadata=meta,
+            rationale=f"the judge's output was unreadable: {verdict.get('error')}" if by_rule else None,
+        )
+    ]
+    for rubric in ("reasoning", "coherence", "holistic"):
+        if verdict.get(rubric) is not None:
+            out.append(Feedback(name=rubric, value=float(verdict[rubric]), source=judge, metadata=meta))
+    return out
+
+
+DEFAULT_ASSESSORS: tuple[Assessor, ...] = (outcome_assessments, usage_assessments, judge_assessments)
 
 
 def masked(a: Assessment) -> Assessment:

@@ -104,6 +104,18 @@ def test_compare_with_a_judge(scripted, tmp_path):
     assert child.data.metrics["judge.fallbacks"] == 1 and "judge.kappa" in child.data.metrics
     parent = next(r for r in runs if r.data.tags.get("dspy_for.kind") == "comparison")
     assert "judged_gsm8k.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # the judge's verdicts are assessments on each item's trace, beside the metric's `correct`
+    traces = client.search_traces(locations=[child.info.experiment_id], max_results=100,
+                                  filter_string=f"metadata.`mlflow.sourceRun` = '{child.info.run_id}'")
+    assert len(traces) == 4
+    for t in traces:
+        names = {a.name: a for a in t.info.assessments}
+        by_rule = names["judged_correct"].source.source_type == "CODE"
+        assert ("reasoning" not in names) == by_rule  # an unreadable verdict: the rule decided, no scores
+        # the judge says right; on Tom's item the rule decided, and the answer 27 is wrong there
+        assert names["judged_correct"].feedback.value is (not by_rule)
+        if not by_rule:
+            assert names["reasoning"].feedback.value == pytest.approx(0.9)
 
 
 def test_a_judge_added_later_grades_stored_items_without_rerunning_the_method(scripted, tmp_path):
