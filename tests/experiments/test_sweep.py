@@ -331,3 +331,32 @@ def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tm
 def test_bad_compile_sweep_configs(tmp_path, edit, message):
     with pytest.raises(ConfigError, match=message):
         load_sweep_spec(_bad(tmp_path, edit(TEXTGRAD_SWEEP)))
+
+
+ORACLE_SWEEP = """
+method = "prorefine"
+study = "oracle"
+lm = "openai/fake"
+n_trials = 1
+chunk_size = 2
+test_split = "sample"
+fixed = { verifier = "oracle", n = 1 }
+[dataset]
+name = "gsm8k"
+split = "sample"
+first = 2
+[search.k]
+type = "int"
+low = 8
+high = 8
+"""
+
+
+def test_final_test_gives_label_using_methods_their_labels(fake_lm, tmp_path):
+    """--final-test runs through the same path as compare: ProRefine's oracle verifier gets each item's gold
+    (before, it failed every final-test item for want of `gold=`)."""
+    path = tmp_path / "oracle.toml"
+    path.write_text(ORACLE_SWEEP)
+    result = sweep(path, final_test=True, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    ft = result.final_test
+    assert ft is not None and ft["failed"] == 0 and ft["n"] == 45 and result.ok
