@@ -24,12 +24,14 @@ def test_models_list():
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["ask", "q", "--method", "magic"], "Unknown method `magic`"),
-     (["ask", "q", "--option", "rounds"], "KEY=VALUE"),
-     (["ask", "--sample", "999"], "--sample"),
-     (["ask", "q", "--method", "for", "--option", "round=2", "--lm", "openai/x"], "Unknown option `round`"),
-     (["compare", "nope.toml"], "does not exist"),
-     (["models", "pull", "gpt-5"], "Unknown local model")],
+    [
+        (["ask", "q", "--method", "magic"], "Unknown method `magic`"),
+        (["ask", "q", "--option", "rounds"], "KEY=VALUE"),
+        (["ask", "--sample", "999"], "--sample"),
+        (["ask", "q", "--method", "for", "--option", "round=2", "--lm", "openai/x"], "Unknown option `round`"),
+        (["compare", "nope.toml"], "does not exist"),
+        (["models", "pull", "gpt-5"], "Unknown local model"),
+    ],
 )
 def test_bad_input_is_a_clear_error_with_exit_code_2(args, message):
     result = runner.invoke(app, args)
@@ -38,8 +40,10 @@ def test_bad_input_is_a_clear_error_with_exit_code_2(args, message):
 
 @pytest.mark.llm
 def test_ask_for_on_a_real_local_model():
-    result = runner.invoke(app, ["ask", "--sample", "0", "--method", "for", "--rounds", "1", "--lm", f"local/{MODEL}",
-                                 "--max-tokens", "300"])
+    result = runner.invoke(
+        app,
+        ["ask", "--sample", "0", "--method", "for", "--rounds", "1", "--lm", f"local/{MODEL}", "--max-tokens", "300"],
+    )
     assert result.exit_code == 0, result.output
     assert "Defender · A0" in result.output and "Debater · round 1" in result.output
     assert "usage per role" in result.output and "defender" in result.output

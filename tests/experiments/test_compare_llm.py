@@ -13,8 +13,9 @@ MODEL = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
 def test_quickstart_config_on_a_real_local_model(tmp_path, monkeypatch):
     config = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.toml")
     monkeypatch.chdir(tmp_path)
-    result = compare(config, lm=f"local/{MODEL}", limit=3, max_tokens=384,
-                     tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    result = compare(
+        config, lm=f"local/{MODEL}", limit=3, max_tokens=384, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    )
     res = result.results["gsm8k"]
     assert set(res) == {"single", "cot", "for_n1", "prorefine_k32_n2"} and not result.errors["gsm8k"]
     assert all(r.n == 3 for r in res.values())
@@ -25,8 +26,15 @@ def test_quickstart_config_on_a_real_local_model(tmp_path, monkeypatch):
 def test_compare_with_a_judge_on_two_items(tmp_path, monkeypatch):
     config = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.toml")
     monkeypatch.chdir(tmp_path)
-    result = compare(config, lm=f"local/{MODEL}", judge_lm=f"local/{MODEL}", limit=2, methods="cot",
-                     max_tokens=384, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    result = compare(
+        config,
+        lm=f"local/{MODEL}",
+        judge_lm=f"local/{MODEL}",
+        limit=2,
+        methods="cot",
+        max_tokens=384,
+        tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+    )
     cot = result.results["gsm8k"]["cot"]
     assert cot.n_failed == 0 and all(i.judge is not None for i in cot.items)
     judged = next(r for r in result.rows if r["method"] == "cot")["judge"]

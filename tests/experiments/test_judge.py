@@ -105,8 +105,11 @@ def test_compare_with_a_judge(scripted, tmp_path):
     parent = next(r for r in runs if r.data.tags.get("dspy_for.kind") == "comparison")
     assert "judged_gsm8k.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     # the judge's verdicts are assessments on each item's trace, beside the metric's `correct`
-    traces = client.search_traces(locations=[child.info.experiment_id], max_results=100,
-                                  filter_string=f"metadata.`mlflow.sourceRun` = '{child.info.run_id}'")
+    traces = client.search_traces(
+        locations=[child.info.experiment_id],
+        max_results=100,
+        filter_string=f"metadata.`mlflow.sourceRun` = '{child.info.run_id}'",
+    )
     assert len(traces) == 4
     for t in traces:
         names = {a.name: a for a in t.info.assessments}

@@ -11,8 +11,11 @@ def item(gold, answers, turns):
 
 
 def q(rnd, attempt, questions, violations=()):
-    return {"type": "questions", "round": rnd,
-            "fields": {"questions": questions, "attempt": attempt, "violations": {v: ["fix"] for v in violations}}}
+    return {
+        "type": "questions",
+        "round": rnd,
+        "fields": {"questions": questions, "attempt": attempt, "violations": {v: ["fix"] for v in violations}},
+    }
 
 
 def rev(rnd, error_found):
@@ -22,18 +25,36 @@ def rev(rnd, error_found):
 def test_debate_diagnostics_counts_flips_errors_and_collapse():
     items = [
         # right, then talked out of it, then back: one right→wrong (round 1), one wrong→right (round 2)
-        item(36.0, [36.0, 15.0, 36.0], [q(1, 0, ["Why 3?", "Use 4 instead."], ["Use 4 instead."]),
-                                        q(1, 1, ["Why 3?"]), rev(1, True), q(2, 0, ["Is 12 right?"]),
-                                        rev(2, False)]),
+        item(
+            36.0,
+            [36.0, 15.0, 36.0],
+            [
+                q(1, 0, ["Why 3?", "Use 4 instead."], ["Use 4 instead."]),
+                q(1, 1, ["Why 3?"]),
+                rev(1, True),
+                q(2, 0, ["Is 12 right?"]),
+                rev(2, False),
+            ],
+        ),
         # wrong and stays wrong, unchanged
-        item(10.0, [7.0, 7.0, 7.0], [q(1, 0, ["Why 7?"]), rev(1, False), q(2, 0, ["The answer is 10."],
-                                     ["The answer is 10."]), q(2, 1, ["Should it be 10?"], ["Should it be 10?"]),
-                                     rev(2, False)]),
+        item(
+            10.0,
+            [7.0, 7.0, 7.0],
+            [
+                q(1, 0, ["Why 7?"]),
+                rev(1, False),
+                q(2, 0, ["The answer is 10."], ["The answer is 10."]),
+                q(2, 1, ["Should it be 10?"], ["Should it be 10?"]),
+                rev(2, False),
+            ],
+        ),
     ]
     d = debate_diagnostics(items, numeric_match)
     assert d["items"] == 2 and d["revisions"] == 4
-    assert d["flips"] == [{"round": 1, "right_to_wrong": 1, "wrong_to_right": 0, "changed": 1},
-                          {"round": 2, "right_to_wrong": 0, "wrong_to_right": 1, "changed": 1}]
+    assert d["flips"] == [
+        {"round": 1, "right_to_wrong": 1, "wrong_to_right": 0, "changed": 1},
+        {"round": 2, "right_to_wrong": 0, "wrong_to_right": 1, "changed": 1},
+    ]
     assert d["error_found_rate"] == 0.25
     # first attempts: 2 + 1 + 1 + 1 = 5 items, 2 violating; last attempts: 1 + 1 + 1 + 1 = 4 items, 1 violating
     assert d["debater_items"] == 5
@@ -43,12 +64,20 @@ def test_debate_diagnostics_counts_flips_errors_and_collapse():
 
 
 def test_debate_diagnostics_counts_what_keep_unless_error_set_aside():
-    kept_right = {"type": "revision", "round": 1, "fields": {"error_found": False, "kept_previous": True,
-                                                             "answer": 15.0}}
-    kept_wrong = {"type": "revision", "round": 1, "fields": {"error_found": False, "kept_previous": True,
-                                                             "answer": 36.0}}
-    items = [item(36.0, [36.0, 36.0], [kept_right]),   # set aside a wrong 15, kept the right 36: saved
-             item(36.0, [30.0, 30.0], [kept_wrong])]   # set aside a right 36, kept the wrong 30: cost
+    kept_right = {
+        "type": "revision",
+        "round": 1,
+        "fields": {"error_found": False, "kept_previous": True, "answer": 15.0},
+    }
+    kept_wrong = {
+        "type": "revision",
+        "round": 1,
+        "fields": {"error_found": False, "kept_previous": True, "answer": 36.0},
+    }
+    items = [
+        item(36.0, [36.0, 36.0], [kept_right]),  # set aside a wrong 15, kept the right 36: saved
+        item(36.0, [30.0, 30.0], [kept_wrong]),
+    ]  # set aside a right 36, kept the wrong 30: cost
     d = debate_diagnostics(items, numeric_match)
     assert (d["kept_previous"], d["kept_saved"], d["kept_cost"]) == (2, 1, 1)
 

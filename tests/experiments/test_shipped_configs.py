@@ -14,8 +14,14 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.t
 
 def test_the_configs_are_there():
     names = {p.name for p in CONFIGS}
-    assert {"quickstart.toml", "prorefine_measure.toml", "sweep_for.toml", "sweep_prorefine.toml",
-            "sweep_pareto.toml", "sweep_textgrad.toml"} <= names
+    assert {
+        "quickstart.toml",
+        "prorefine_measure.toml",
+        "sweep_for.toml",
+        "sweep_prorefine.toml",
+        "sweep_pareto.toml",
+        "sweep_textgrad.toml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)

@@ -86,8 +86,11 @@ def _kill_one_mid_trial(tmp_path, spec, monkeypatch):
     study = open_study(spec)
     deadline = time.time() + 120
     while time.time() < deadline:
-        running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                   if t.user_attrs.get("worker", "").endswith(f":{victim.pid}") and t.params]
+        running = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.user_attrs.get("worker", "").endswith(f":{victim.pid}") and t.params
+        ]
         if running:
             break
         time.sleep(0.1)
@@ -150,17 +153,36 @@ def postgres(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*run, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"], check=True,
-                   capture_output=True)
-    subprocess.run([*run, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(data / "log"), "-w", "-o",
-                    f"-p {port} -k {sock} -h 127.0.0.1", "start"], check=True, capture_output=True)
+    subprocess.run(
+        [*run, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *run,
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(data / "log"),
+            "-w",
+            "-o",
+            f"-p {port} -k {sock} -h 127.0.0.1",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
-        subprocess.run([*run, str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-                        "optuna"], check=True, capture_output=True)
+        subprocess.run(
+            [*run, str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "optuna"],
+            check=True,
+            capture_output=True,
+        )
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/optuna"
     finally:
-        subprocess.run([*run, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
+        subprocess.run([*run, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

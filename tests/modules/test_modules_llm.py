@@ -46,8 +46,9 @@ def test_prorefine_reads_finish_reasons_from_a_real_server(lm):
 
 def test_prorefine_reads_end_of_sequence_through_a_plain_dspy_lm(lm):
     """A user's own dspy.LM against the same local server: steps see finish reasons and tokens."""
-    plain = dspy.LM(lm.model, api_base=lm.kwargs["api_base"], api_key="local-no-key", max_tokens=400,
-                    temperature=0.0, cache=False)
+    plain = dspy.LM(
+        lm.model, api_base=lm.kwargs["api_base"], api_key="local-no-key", max_tokens=400, temperature=0.0, cache=False
+    )
     ex = load_dataset("gsm8k", "sample")[0]
     with dspy.context(lm=plain):
         pred = ProRefine("question -> answer: float", k=32, n=3)(question=ex.question)

@@ -24,8 +24,13 @@ def debate_responder(answer_field, final):
         if "You are the Debater" in s:
             return {"questions": ["Which letters did you count?"]}
         if "asked questions about" in s:
-            return {"responses": ["I counted each r."], "error_found": "False", "error": "none",
-                    "reasoning": "s-t-r-a-r-r-t-r-a-b-b-b-e-r-y", answer_field: final}
+            return {
+                "responses": ["I counted each r."],
+                "error_found": "False",
+                "error": "none",
+                "reasoning": "s-t-r-a-r-r-t-r-a-b-b-b-e-r-y",
+                answer_field: final,
+            }
         if "whether the itinerary gives" in s:
             return {"covered": [True, False] * 10}
         if "List every quantity" in s:
@@ -55,9 +60,12 @@ def test_pipeline_compiles_with_bootstrap():
     module = load("for_pipeline")
     dspy.configure(lm=ScriptedLM(debate_responder("answer", "27")))
     program = module.FactsThenDebate()
-    train = [dspy.Example(question="Mia has 3 packs of 12 pencils and gives 9 away.", answer=27.0).with_inputs("question")]
-    compiled = dspy.BootstrapFewShot(metric=lambda e, p, t=None: p.answer == e.answer, max_bootstrapped_demos=1,
-                                     max_labeled_demos=0).compile(program, trainset=train)
+    train = [
+        dspy.Example(question="Mia has 3 packs of 12 pencils and gives 9 away.", answer=27.0).with_inputs("question")
+    ]
+    compiled = dspy.BootstrapFewShot(
+        metric=lambda e, p, t=None: p.answer == e.answer, max_bootstrapped_demos=1, max_labeled_demos=0
+    ).compile(program, trainset=train)
     names = [n for n, _ in compiled.named_predictors()]
     assert names[0] == "extract" and "solve.defender" in names and "solve.host" in names
     assert all(len(p.demos) == 1 for _, p in compiled.named_predictors())
