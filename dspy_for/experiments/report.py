@@ -1,4 +1,5 @@
-"""The comparison table (accuracy ± 95% CI, Δ vs baseline with the paired test's p-value, cost) and plots."""
+"""The comparison table (accuracy ± 95% CI, Δ vs baseline with the paired test's p-value, cost) and plots; the judge's
+tables and plot come from :mod:`.report_judge`."""
 
 from __future__ import annotations
 
@@ -9,12 +10,20 @@ from rich import box
 from rich.table import Table
 
 from dspy_for.experiments.diagnostics import round_accuracy
+from dspy_for.experiments.report_judge import (
+    JUDGE_HEADER,
+    JUDGE_SCORES,
+    judge_figure,
+    judge_lines,
+    judge_summary,
+    judge_table_row,
+    judged_rows,
+)
 from dspy_for.metrics import metric_for
-from dspy_for.stats import bootstrap_interval, cohens_kappa, mean_with_ci, paired_comparison
+from dspy_for.stats import mean_with_ci, paired_comparison
 
 if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
-    from dspy_for.experiments.records import MethodResult
 
 __all__ = [
     "JUDGE_SCORES",
@@ -28,49 +37,6 @@ __all__ = [
     "summary_rows",
     "table_text",
 ]
-
-
-JUDGE_SCORES = ("judged_accuracy", "quality.reasoning", "quality.coherence", "quality.holistic")
-
-
-def judge_summary(r: MethodResult, base: MethodResult | None) -> dict[str, Any]:
-    """The judge's view of one method: per score its mean with a 95% CI (Wilson for judged accuracy,
-    bootstrap for the quality scores) and n, the paired difference from ``base`` (exact McNemar / paired
-    bootstrap) with p; how often the rule decided because the judge failed; the judge's agreement with the
-    dataset metric (Cohen's κ over the items it judged); and the judge's tokens per item (apart from the
-    method's own)."""
-    judged = [(i.judge, i.score) for i in r.scored if i.judge is not None and i.judge.get("method") != "error"]
-    if not judged and not r.judge_errors:
-        return {}
-    out: dict[str, Any] = {
-        "n": len(judged),
-        "errors": r.judge_errors,
-        "fallbacks": sum(1 for verdict, _ in judged if verdict.get("method") == "rule"),
-        "tokens_per_item": r.judge_usage.total.served_tokens / max(1, len(judged)),
-    }
-    by_judge = [(verdict, score) for verdict, score in judged if verdict.get("method") == "judge"]
-    if by_judge:
-        agree = [bool(verdict.get("correct")) for verdict, _ in by_judge]
-        rule = [bool(score) for _, score in by_judge]
-        out["kappa"] = cohens_kappa(agree, rule)
-        out["agreement"] = sum(a == b for a, b in zip(agree, rule, strict=True)) / len(by_judge)
-        out["kappa_n"] = len(by_judge)
-    for score in JUDGE_SCORES:
-        values = r.judge_values(score)
-        if not values:
-            continue
-        xs = list(values.values())
-        mean = sum(xs) / len(xs)
-        lo, hi = mean_with_ci(xs)[1:] if score == "judged_accuracy" else bootstrap_interval(xs)
-        entry: dict[str, Any] = {"mean": mean, "low": lo, "high": hi, "n": len(xs)}
-        if base is not None:
-            theirs = base.judge_values(score)
-            common = [k for k in values if k in theirs]
-            if common:
-                paired = paired_comparison([values[k] for k in common], [theirs[k] for k in common])
-                entry.update(delta=paired.diff, p_value=paired.p_value, paired_n=len(common))
-        out[score] = entry
-    return out
 
 
 def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
@@ -199,65 +165,6 @@ def error_lines(result: ComparisonResult) -> list[str]:
     return lines
 
 
-_JUDGE_HEADER = ["method", "judged acc %", "reasoning", "coherence", "holistic"]
-
-
-def _fmt_judge_row(row: dict[str, Any]) -> list[str]:
-    j = row["judge"]
-
-    def cell(score: str, pct: bool) -> str:
-        if score not in j:
-            return "-"
-        e, k = j[score], 100 if pct else 1
-        fmt = "{:.1f}" if pct else "{:.2f}"
-        return f"{fmt.format(k * e['mean'])} [{fmt.format(k * e['low'])}–{fmt.format(k * e['high'])}]"
-
-    return [row["method"], cell("judged_accuracy", True), *(cell(s, False) for s in JUDGE_SCORES[1:])]
-
-
-def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
-    """Under the judged table: each method's differences from the baseline, and whether the judge can be
-    trusted (its agreement with the dataset's metric, and how often it failed)."""
-    lines = []
-    spec_judge = result.spec.judge
-    for row in result.rows:
-        if row["dataset"] != dataset or "judge" not in row:
-            continue
-        j = row["judge"]
-        deltas = [
-            f"{s.split('.')[-1]} {(100 if s == 'judged_accuracy' else 1) * j[s]['delta']:+.2f} "
-            f"(p={j[s]['p_value']:.2f})"
-            for s in JUDGE_SCORES
-            if s in j and "delta" in j[s]
-        ]
-        line = f"{row['method']}: judged {j['n']}"
-        if "kappa" in j:
-            line += (
-                f"; judge vs metric: agreement {100 * j['agreement']:.0f}%, Cohen's κ {j['kappa']:.2f} "
-                f"(n={j['kappa_n']})"
-            )
-        if j["fallbacks"]:
-            line += f"; judge failed on {j['fallbacks']} (the metric decided)"
-        if j["errors"]:
-            line += f"; judge's LM failed on {j['errors']}: not graded, graded on the next run"
-        line += f"; judge tokens/item {j['tokens_per_item']:,.0f}"
-        if deltas:
-            line += f"; Δ vs {result.spec.baseline}: " + ", ".join(deltas)
-        lines.append(line)
-    if lines and spec_judge is not None:
-        lm = spec_judge.lm if isinstance(spec_judge.lm, str) else getattr(spec_judge.lm, "model", "judge")
-        lines.insert(
-            0,
-            f"judge: {lm}; quality scores in [0, 1] with bootstrap 95% CIs; a κ near 0 means the "
-            "judge cannot read the answers and its scores say little",
-        )
-    return lines
-
-
-def _judged(result: ComparisonResult, dataset: str) -> list[dict[str, Any]]:
-    return [r for r in result.rows if r["dataset"] == dataset and "judge" in r]
-
-
 def table_text(result: ComparisonResult) -> str:
     out = []
     for dataset in result.results:
@@ -268,11 +175,11 @@ def table_text(result: ComparisonResult) -> str:
         out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
         out.append(legend(result))
         out.extend(detail_lines(result, dataset))
-        judged = [_fmt_judge_row(r) for r in _judged(result, dataset)]
+        judged = [judge_table_row(r) for r in judged_rows(result, dataset)]
         if judged:
-            widths = [max(len(h), *(len(r[i]) for r in judged)) for i, h in enumerate(_JUDGE_HEADER)]
+            widths = [max(len(h), *(len(r[i]) for r in judged)) for i, h in enumerate(JUDGE_HEADER)]
             out.append(f"== {dataset}: judged ==")
-            out.append("  ".join(h.ljust(w) for h, w in zip(_JUDGE_HEADER, widths, strict=True)))
+            out.append("  ".join(h.ljust(w) for h, w in zip(JUDGE_HEADER, widths, strict=True)))
             out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in judged)
             out.extend(judge_lines(result, dataset))
     out.extend(error_lines(result))
@@ -291,13 +198,13 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
         t.caption = "\n".join([legend(result), *detail_lines(result, dataset)])
         t.caption_justify = "left"
         tables.append(t)
-        judged = _judged(result, dataset)
+        judged = judged_rows(result, dataset)
         if judged:
             jt = Table(title=f"{dataset} — judged", box=box.SIMPLE_HEAD, padding=(0, 1))
-            for h in _JUDGE_HEADER:
+            for h in JUDGE_HEADER:
                 jt.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
             for r in judged:
-                jt.add_row(*_fmt_judge_row(r))
+                jt.add_row(*judge_table_row(r))
             jt.caption = "\n".join(judge_lines(result, dataset))
             jt.caption_justify = "left"
             tables.append(jt)
@@ -334,9 +241,9 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
         figs[f"frontier_{dataset}.png"] = fig
-        judged = _judged(result, dataset)
+        judged = judged_rows(result, dataset)
         if judged:
-            figs[f"judged_{dataset}.png"] = _judge_figure(plt, dataset, judged)
+            figs[f"judged_{dataset}.png"] = judge_figure(plt, dataset, judged)
         metric = metric_for(dataset)
         for label, r in by_label.items():
             if not any(i.answers_by_round for i in r.scored):
@@ -357,28 +264,3 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
             ax2.legend(fontsize=8)
             figs[f"rounds_{label}_{dataset}.png"] = fig2
     return figs
-
-
-def _judge_figure(plt: Any, dataset: str, rows: list[dict[str, Any]]) -> Any:
-    """The four judge scores per method (grouped bars, 95% CIs)."""
-    fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.8 / len(JUDGE_SCORES)
-    for k, score in enumerate(JUDGE_SCORES):
-        xs: list[float] = []
-        ys: list[float] = []
-        err: list[list[float]] = [[], []]
-        for i, row in enumerate(rows):
-            e = row["judge"].get(score)
-            if e:
-                xs.append(i + (k - 1.5) * width)
-                ys.append(e["mean"])
-                err[0].append(max(0.0, e["mean"] - e["low"]))
-                err[1].append(max(0.0, e["high"] - e["mean"]))
-        ax.bar(xs, ys, width, yerr=err, capsize=3, label=score.replace("quality.", ""))
-    ax.set_xticks(range(len(rows)), [r["method"] for r in rows], fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("judge score (95% CI)")
-    ax.set_title(f"Judged accuracy and quality on {dataset}")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="y")
-    return fig

@@ -58,7 +58,7 @@ def _write(tmp_path, study="s", objectives='["accuracy"]', sampler="tpe", extra=
 def test_six_trial_study_with_pruning_and_nested_mlflow_runs(fake_lm, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import dspy_for.experiments.sweeps as sw
+    import dspy_for.experiments.sweep_workers as sw
 
     # make trials with host=false hopeless after the first chunk so the median pruner stops them
     real = sw.default_objective

@@ -1,0 +1,38 @@
+"""What the ``dspy-for`` command modules share: the console, the exits for bad input and failed runs, progress."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+
+__all__ = ["console", "fail", "failed_run", "show_progress"]
+
+console = Console()
+
+
+def fail(exc: Exception) -> None:
+    """Bad input (a config, a flag, a spec): the message names the option and the fix; exit code 2."""
+    console.print(f"[bold red]error:[/] {escape(str(exc))}")
+    raise typer.Exit(code=2)
+
+
+def failed_run(lines: list[str], what: str) -> None:
+    """A run that finished with errors: print each distinct one and exit 1 (after everything was logged)."""
+    for line in lines:
+        console.print(f"[red]{escape(line)}[/]")
+    console.print(f"[bold red]{what}[/] Failed items are not scored; run the same command again to retry them.")
+    raise typer.Exit(code=1)
+
+
+def show_progress(*names: str) -> None:
+    """Print the INFO progress lines of these library loggers (sweep chunks, optimizer steps) on the console."""
+
+    for name in names:
+        log = logging.getLogger(name)
+        if not log.handlers:
+            log.addHandler(RichHandler(console=console, show_path=False))
+            log.setLevel(logging.INFO)
