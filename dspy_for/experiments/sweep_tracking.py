@@ -53,9 +53,12 @@ def start_parent(spec: SweepSpec) -> str:
     return run.info.run_id
 
 
-def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | None, *, error: str | None = None) -> None:
+def log_trial(
+    spec: SweepSpec, study: Any, number: int, parent_run_id: str | None, *, error: str | None = None
+) -> str | None:
+    """The trial's nested run (params, steps, values, state, usage); returns its id."""
     if parent_run_id is None:
-        return
+        return None
     client, exp_id = _client(spec)
     trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
     run = client.create_run(
@@ -95,6 +98,7 @@ def log_trial(spec: SweepSpec, study: Any, number: int, parent_run_id: str | Non
     if error:
         client.set_tag(rid, "error", tracking.redact(error)[:5000])
     client.set_terminated(rid, status="FAILED" if trial.state.name == "FAIL" else "FINISHED")
+    return str(rid)
 
 
 def _metric(objective: str) -> str:

@@ -19,9 +19,9 @@ from filelock import FileLock
 
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError, DspyForError
-from dspy_for.experiments import sweep_tracking
+from dspy_for.experiments import sweep_tracking, tracing
 from dspy_for.experiments.records import MethodResult
-from dspy_for.experiments.run import evaluate, load_examples, prepare_run
+from dspy_for.experiments.run import PreparedRun, evaluate, load_examples, prepare_run
 from dspy_for.experiments.spec import DatasetConfig, JudgeConfig
 from dspy_for.experiments.sweep_spec import SweepSpec
 from dspy_for.experiments.sweep_storage import HOST, counted, lock_path, open_study, recover_stale
@@ -52,13 +52,19 @@ class TrialFailed(RuntimeError):
 # ---------------------------------------------------------------------------------------- objective
 
 
-def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadline: float | None = None) -> Objective:
-    """The real objective: the trial's method through the run path, evaluated chunk by chunk."""
-    import optuna
+class TrialObjective:
+    """The real objective: the trial's method through the run path, evaluated chunk by chunk. ``evaluated``
+    keeps each trial's prepared run and records until the worker has logged them as traces on its run."""
 
-    examples = load_examples(spec.dataset)
+    def __init__(self, spec: SweepSpec, deadline: float | None = None) -> None:
+        self.spec, self.deadline = spec, deadline
+        self.examples = load_examples(spec.dataset)
+        self.evaluated: dict[int, tuple[PreparedRun, MethodResult]] = {}
 
-    def objective(trial: Any) -> Any:
+    def __call__(self, trial: Any) -> Any:
+        import optuna
+
+        spec, examples, deadline = self.spec, self.examples, self.deadline
         spec.suggest(trial)  # draws the trial's parameters into trial.params
         run = prepare_run(
             spec, spec.dataset, spec.trial_method(trial.params, f"trial-{trial.number}"), examples=examples
@@ -73,6 +79,7 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadlin
                 raise TrialFailed(f"stopped by the sweep's timeout after {sum(r.n for r in results)} items")
             results.append(evaluate(run, examples[start : start + spec.chunk_size], progress=False))
             merged = _merge(results)
+            self.evaluated[trial.number] = (run, merged)  # its items become traces on the trial's MLflow run
             _record_usage(trial, merged)
             if merged.n_failed:
                 errors = merged.error_counts().most_common(1)
@@ -98,7 +105,10 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadlin
             trial.set_user_attr(f"objective.{name}", value)
         return values[0] if not spec.multi else tuple(values)
 
-    return objective
+
+def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadline: float | None = None) -> Objective:
+    """The objective every sweep uses unless ``objective_path`` names another (see :class:`TrialObjective`)."""
+    return TrialObjective(spec, deadline)
 
 
 def objective_value(result: MethodResult, objective: str) -> float:
@@ -175,7 +185,10 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None, dead
             study.tell(trial, values)
         else:
             study.tell(trial, state=state)
-        sweep_tracking.log_trial(spec, study, trial.number, parent_run_id, error=error)
+        trial_run_id = sweep_tracking.log_trial(spec, study, trial.number, parent_run_id, error=error)
+        evaluated = objective.evaluated.pop(trial.number, None) if isinstance(objective, TrialObjective) else None
+        if evaluated is not None and trial_run_id is not None:
+            tracing.log_item_traces(*evaluated, run_id=trial_run_id)
         logger.info(
             "trial %d %s: %s, values %s, %.0f tokens/item",
             trial.number,

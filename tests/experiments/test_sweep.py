@@ -360,3 +360,27 @@ def test_final_test_gives_label_using_methods_their_labels(fake_lm, tmp_path):
     result = sweep(path, final_test=True, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     ft = result.final_test
     assert ft is not None and ft["failed"] == 0 and ft["n"] == 45 and result.ok
+
+
+def test_every_trial_run_holds_one_trace_per_item(fake_lm, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result = sweep(
+        _write(tmp_path, study="traced", objectives='["accuracy", "tokens_per_item"]', sampler="nsga2"),
+        tracking_uri=uri,
+        n_trials=2,
+    )
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("sweeps")
+    trial_runs = client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'"
+    )
+    assert len(trial_runs) == 2
+    for run in trial_runs:
+        traces = client.search_traces(
+            locations=[exp.experiment_id],
+            max_results=100,
+            filter_string=f"metadata.`mlflow.sourceRun` = '{run.info.run_id}'",
+        )
+        assert len(traces) == 6  # the 6 validation items of the trial
