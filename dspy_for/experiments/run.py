@@ -241,8 +241,8 @@ def evaluate(
         record = _record(todo[i], pred, outcomes.get(i), run.metric)
         with lock:
             fresh[record.key] = record
-            bar.update(1)
             bar.set_postfix_str(_progress(fresh.values()), refresh=False)
+            bar.update(1)  # refreshes the bar, postfix included
         if store is not None:
             store.append(record)
         if on_record is not None:
