@@ -11,7 +11,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.config import load_spec
 from dspy_for.experiments.report import table_text
-from dspy_for.testing import ScriptedLM, system_text
+from dspy_for.testing import system_text
 
 SECRET = "sk-test-THIS-IS-A-FAKE-KEY-1234567890"
 
@@ -51,25 +51,9 @@ options = { rounds = 1 }
 
 
 @pytest.fixture
-def scripted(monkeypatch, tmp_path):
+def scripted(install_scripted_lm):
     """Every LM the comparison builds is one scripted LM (with its DSPy cache on, in a temp dir)."""
-    from dspy.clients.cache import Cache
-
-    monkeypatch.setattr(
-        dspy,
-        "cache",
-        Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10_000),
-    )
-    lm = ScriptedLM(responder, cache=True)
-    built = []
-
-    def fake_make_lm(spec, **options):
-        built.append((spec, options))
-        return lm
-
-    monkeypatch.setattr(run_mod, "make_lm", fake_make_lm)
-    monkeypatch.chdir(tmp_path)
-    return lm
+    return install_scripted_lm(responder)
 
 
 def _write(tmp_path: Path, text: str = CONFIG) -> Path:

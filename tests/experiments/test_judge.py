@@ -4,16 +4,14 @@ kept apart from the method's, and a sweep on a judge objective."""
 
 from __future__ import annotations
 
-import dspy
 import pytest
 
-import dspy_for.experiments.run as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.report import table_text
 from dspy_for.experiments.sweeps import load_sweep_spec, sweep
 from dspy_for.stats import cohens_kappa
-from dspy_for.testing import ScriptedLM, system_text, user_text
+from dspy_for.testing import system_text, user_text
 
 CONFIG = """
 experiment = "judged"
@@ -48,19 +46,10 @@ def responder(messages, max_tokens):
 
 
 @pytest.fixture
-def scripted(monkeypatch, tmp_path):
-    from dspy.clients.cache import Cache
-
-    monkeypatch.setattr(
-        dspy,
-        "cache",
-        Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10_000),
-    )
-    lm = ScriptedLM(responder, cache=True)
-    monkeypatch.setattr(run_mod, "make_lm", lambda spec, **options: lm)
-    monkeypatch.chdir(tmp_path)
+def scripted(install_scripted_lm):
+    """Every LM the comparison builds is one scripted LM (with its DSPy cache on, in a temp dir)."""
     JUDGE_CALLS.clear()
-    return lm
+    return install_scripted_lm(responder)
 
 
 def _write(tmp_path, text=CONFIG):

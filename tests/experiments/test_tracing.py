@@ -8,14 +8,12 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import dspy
 import pytest
 
-import dspy_for.experiments.run as run_mod
 from dspy_for.experiments import trace_datasets, tracing
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.records import ItemResult, MethodResult
-from dspy_for.testing import ScriptedLM, system_text
+from dspy_for.testing import system_text
 
 CANARY = "sk-canary-DO-NOT-LEAK-0123456789abcdef"
 FAIL_ON = "bakery"  # the second sample item: its LM calls fail
@@ -63,25 +61,9 @@ def leaky(messages, max_tokens):
 
 
 @pytest.fixture
-def scripted(monkeypatch, tmp_path):
+def scripted(install_scripted_lm):
     """Every LM the comparison builds is one scripted LM (with its DSPy cache on, in a temp dir)."""
-    from dspy.clients.cache import Cache
-
-    monkeypatch.setattr(
-        dspy,
-        "cache",
-        Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=10_000),
-    )
-    lm = ScriptedLM(responder, cache=True)
-    built = []
-
-    def fake_make_lm(spec, **options):
-        built.append((spec, options))
-        return lm
-
-    monkeypatch.setattr(run_mod, "make_lm", fake_make_lm)
-    monkeypatch.chdir(tmp_path)
-    return lm
+    return install_scripted_lm(responder)
 
 
 def _write(tmp_path: Path, text: str = CONFIG) -> Path:
