@@ -189,7 +189,9 @@ def table_text(result: ComparisonResult) -> str:
 def rich_tables(result: ComparisonResult) -> list[Any]:
     tables = []
     for dataset in result.results:
-        t = Table(title=f"{dataset} — baseline: {result.spec.baseline}", box=box.SIMPLE_HEAD, padding=(0, 1))
+        t = Table(
+            title=f"{dataset} — baseline: {result.spec.baseline}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False
+        )
         for h in _HEADER:
             t.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
         for r in result.rows:
@@ -200,7 +202,7 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
         tables.append(t)
         judged = judged_rows(result, dataset)
         if judged:
-            jt = Table(title=f"{dataset} — judged", box=box.SIMPLE_HEAD, padding=(0, 1))
+            jt = Table(title=f"{dataset} — judged", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
             for h in JUDGE_HEADER:
                 jt.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
             for r in judged:
