@@ -123,13 +123,14 @@ def run_final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
             "could not log the final test's items to MLflow: %s", tracking.redact(f"{type(exc).__name__}: {exc}")
         )
     lo, hi = res.ci
+    scored = res.n_scored > 0  # nothing scored: no accuracy, no cost (never a 0.0 standing for an outage)
     return {
         "method": run.method.name,
         "params": best.params,
-        "accuracy": res.accuracy,
-        "ci_low": lo,
-        "ci_high": hi,
-        "tokens_per_item": res.tokens_per_item,
+        "accuracy": res.accuracy if scored else None,
+        "ci_low": lo if scored else None,
+        "ci_high": hi if scored else None,
+        "tokens_per_item": res.tokens_per_item if scored else None,
         "n": res.n_scored,
         "failed": res.n_failed,
         "unparsed": res.n_unparsed,
