@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -124,26 +125,26 @@ class MethodResult:
 
     @property
     def accuracy(self) -> float:
-        return mean_with_ci(self.scores)[0]
+        """Accuracy over the scored items; NaN (absent, never 0.0) when no item was scored."""
+        return mean_with_ci(self.scores)[0] if self.scores else math.nan
 
     @property
     def ci(self) -> tuple[float, float]:
+        if not self.scores:
+            return math.nan, math.nan
         _, lo, hi = mean_with_ci(self.scores)
         return lo, hi
 
     @property
     def usage(self) -> Usage:
         """Usage of the scored items (what the accuracy cost)."""
-        total = Usage()
-        for item in self.scored:
-            total.merge(Usage.from_dict(item.usage))
-        return total
+        return _merged(item.usage for item in self.scored)
 
     def per_item(self, counter: str = "served_tokens", role_name: str | None = None) -> float:
         """Mean per scored item of a usage counter (``served_tokens`` = what a cold run costs, ``tokens`` =
         spent now)."""
         if not self.scored:
-            return 0.0
+            return math.nan  # nothing scored: no cost to report, not a cost of 0
         u = self.usage
         r = u[role_name] if role_name else u.total
         return float(getattr(r, counter)) / self.n_scored
@@ -180,14 +181,18 @@ class MethodResult:
 
     @property
     def judge_usage(self) -> Usage:
-        total = Usage()
-        for item in self.scored:
-            total.merge(Usage.from_dict(item.judge_usage))
-        return total
+        return _merged(item.judge_usage for item in self.scored)
 
     def error_counts(self) -> Counter[str]:
         """Each distinct error (class and message, secrets masked) with how many items it failed."""
         return Counter(redact(i.error or "") for i in self.items if i.failed)
+
+
+def _merged(usages: Iterable[dict[str, dict[str, float]]]) -> Usage:
+    total = Usage()
+    for usage in usages:
+        total.merge(Usage.from_dict(usage))
+    return total
 
 
 class ResultStore:

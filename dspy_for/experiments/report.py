@@ -48,18 +48,19 @@ def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
     for dataset, by_label in result.results.items():
         base = by_label.get(baseline or "")
         for label, r in by_label.items():
-            acc, lo, hi = mean_with_ci(r.scores)
+            measured = r.n_scored > 0  # else every number of the row is absent (None), never 0
+            lo, hi = r.ci
             row: dict[str, Any] = {
                 "dataset": dataset,
                 "method": label,
                 "n": r.n_scored,
                 "failed": r.n_failed,
                 "unparsed": r.n_unparsed,
-                "accuracy": acc if r.n_scored else None,
-                "ci_low": lo,
-                "ci_high": hi,
-                "tokens_per_item": r.tokens_per_item if r.n_scored else None,
-                "calls_per_item": r.calls_per_item,
+                "accuracy": r.accuracy if measured else None,
+                "ci_low": lo if measured else None,
+                "ci_high": hi if measured else None,
+                "tokens_per_item": r.tokens_per_item if measured else None,
+                "calls_per_item": r.calls_per_item if measured else None,
                 "wall_time": r.wall_time + r.reused_time,
                 "reused_time": r.reused_time,
                 "delta": None,
