@@ -2,7 +2,9 @@
 
 One FOR N = 3 run gives every no-Host prefix A_0..A_3 through ``answers_by_round``; the N = 1 run with a
 Host then costs only Host calls (the DSPy cache serves its rounds). Per-item results are appended to
-JSONL files, so a killed run resumes where it stopped.
+JSONL files in compare's layout (``<out>/<dataset>/<split>/<label>.<key>.jsonl``), so a killed run
+resumes where it stopped and ``dspy-for compare`` with ``results_dir`` = ``--out`` reuses every stored
+item (``experiments/matched_budget.toml`` does).
 
     python experiments/for_measure.py --lm local/qwen2.5-coder-1.5b --first 50 \
         --data-dir ../shared/datasets --out experiments/results/for
@@ -48,11 +50,19 @@ def main() -> None:
     suffix = "" if guard else "_noguard"
     # the run path compare uses: one spec, prepare_run, evaluate into a resumable results file per method
     dataset = DatasetConfig(args.dataset, args.split, first=args.first, data_dir=args.data_dir)
-    spec = ExperimentSpec(lm=args.lm, max_tokens=args.max_tokens, datasets=[dataset], methods=[
-        MethodConfig("single"), MethodConfig("cot"),
-        MethodConfig("for", f"for_n3_host{suffix}", {"rounds": 3, "host": True, "guard": guard}),
-        MethodConfig("for", f"for_n1_host{suffix}", {"rounds": 1, "host": True, "guard": guard}),
-    ], judge=JudgeConfig(args.judge_lm) if args.judge_lm else None).validate()
+    no_guard = {} if guard else {"guard": False}  # the default left out: the same key as a config's FOR
+    spec = ExperimentSpec(
+        lm=args.lm,
+        max_tokens=args.max_tokens,
+        datasets=[dataset],
+        methods=[
+            MethodConfig("single"),
+            MethodConfig("cot"),
+            MethodConfig("for", f"for_n3_host{suffix}", {"rounds": 3, "host": True, **no_guard}),
+            MethodConfig("for", f"for_n1_host{suffix}", {"rounds": 1, "host": True, **no_guard}),
+        ],
+        judge=JudgeConfig(args.judge_lm) if args.judge_lm else None,
+    ).validate()
     if args.methods:
         spec.methods = [m for m in spec.methods if m.label in args.methods.split(",")]
     examples = None
@@ -60,27 +70,49 @@ def main() -> None:
     for m in spec.methods:
         run = prepare_run(spec, dataset, m, examples=examples)
         examples = run.examples
-        store = ResultStore(out / f"{m.label}.jsonl")
+        store = ResultStore.in_dir(out, dataset.name, dataset.split, m.label, run.key)  # compare's layout
         with store.exclusive():
             results[m.label] = evaluate(run, store=store)
         if results[m.label].n_failed:
-            raise SystemExit(f"{m.label}: {results[m.label].n_failed} item(s) failed "
-                             f"({results[m.label].error_counts().most_common(1)}); run again to retry them.")
+            raise SystemExit(
+                f"{m.label}: {results[m.label].n_failed} item(s) failed "
+                f"({results[m.label].error_counts().most_common(1)}); run again to retry them."
+            )
     rows = []
     diagnostics = {}
     for label, r in results.items():
         acc, lo, hi = mean_with_ci(r.scores)
-        rows.append({"method": label, "n": r.n, "acc": acc, "lo": lo, "hi": hi,
-                     "tokens_per_item": r.tokens_per_item, "calls_per_item": r.calls_per_item,
-                     "failed": r.n_failed, **{f"mean_{k}": v for k, v in r.stats_mean.items()}})
+        rows.append(
+            {
+                "method": label,
+                "n": r.n,
+                "acc": acc,
+                "lo": lo,
+                "hi": hi,
+                "tokens_per_item": r.tokens_per_item,
+                "calls_per_item": r.calls_per_item,
+                "failed": r.n_failed,
+                **{f"mean_{k}": v for k, v in r.stats_mean.items()},
+            }
+        )
         rows[-1]["scores"] = r.scores
         if label.startswith("for_n3"):
             diagnostics = debate_diagnostics(r.scored, numeric_match)
             for k, scores in enumerate(round_scores(r.scored, numeric_match, rounds=4)):  # A_0..A_3
                 acc, lo2, hi2 = mean_with_ci(scores)
-                rows.append({"method": f"for_n{k}_nohost (prefix of N=3)", "n": r.n, "acc": acc, "lo": lo2,
-                             "hi": hi2, "tokens_per_item": None, "calls_per_item": None, "failed": r.n_failed,
-                             "scores": scores})
+                rows.append(
+                    {
+                        "method": f"for_n{k}_nohost (prefix of N=3)",
+                        "n": r.n,
+                        "acc": acc,
+                        "lo": lo2,
+                        "hi": hi2,
+                        "tokens_per_item": None,
+                        "calls_per_item": None,
+                        "failed": r.n_failed,
+                        "scores": scores,
+                    }
+                )
     if args.judge_lm:
         _judged_table(results, out / f"summary_judged{suffix}.json")
         return
@@ -91,36 +123,48 @@ def main() -> None:
                 c = paired_comparison(row["scores"], by_method[base])
                 row[f"vs_{base}"] = {"diff": c.diff, "lo": c.low, "high": c.high, "p": c.p_value}
     (out / f"summary{suffix}.json").write_text(json.dumps({"rows": rows, "debate": diagnostics}, indent=2))
-    _plot(rows, out / f"accuracy{suffix}.png",
-          title=f"{args.dataset} {args.split} first {len(examples or [])}, {args.lm}, guard {args.guard}")
-    print(f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s} "
-          f"{'vs single (p)':>15s} {'vs CoT (p)':>15s}")
+    _plot(
+        rows,
+        out / f"accuracy{suffix}.png",
+        title=f"{args.dataset} {args.split} first {len(examples or [])}, {args.lm}, guard {args.guard}",
+    )
+    print(
+        f"{'method':38s} {'n':>3s} {'acc':>6s} {'95% CI':>15s} {'tok/item':>9s} {'calls':>6s} "
+        f"{'vs single (p)':>15s} {'vs CoT (p)':>15s}"
+    )
     for row in rows:
         tok = f"{row['tokens_per_item']:.0f}" if row["tokens_per_item"] is not None else "-"
         calls = f"{row['calls_per_item']:.1f}" if row["calls_per_item"] is not None else "-"
         ci = f"[{row['lo']:5.1%}, {row['hi']:5.1%}]"
         vs = [f"{row[k]['diff']:+.0%} ({row[k]['p']:.3f})" if k in row else "-" for k in ("vs_single", "vs_cot")]
-        print(f"{row['method']:38s} {row['n']:3d} {row['acc']:6.1%} {ci} {tok:>9s} {calls:>6s} "
-              f"{vs[0]:>15s} {vs[1]:>15s}")
+        print(
+            f"{row['method']:38s} {row['n']:3d} {row['acc']:6.1%} {ci} {tok:>9s} {calls:>6s} {vs[0]:>15s} {vs[1]:>15s}"
+        )
     if diagnostics:
         d = diagnostics
-        print(f"\nN = 3 debate ({'guard on' if guard else 'guard off'}): Defender named an error in "
-              f"{d['error_found_rate']:.0%} of {d['revisions']} revisions; Debater items breaking the rules: "
-              f"{d['collapse_first_attempt']:.1%} of {d['debater_items']} on first attempt, "
-              f"{d['collapse_after_reask']:.1%} after the guard's re-ask; keep_unless_error set aside "
-              f"{d['kept_previous']} changed answers ({d['kept_saved']} saved a right answer, "
-              f"{d['kept_cost']} lost one)")
+        print(
+            f"\nN = 3 debate ({'guard on' if guard else 'guard off'}): Defender named an error in "
+            f"{d['error_found_rate']:.0%} of {d['revisions']} revisions; Debater items breaking the rules: "
+            f"{d['collapse_first_attempt']:.1%} of {d['debater_items']} on first attempt, "
+            f"{d['collapse_after_reask']:.1%} after the guard's re-ask; keep_unless_error set aside "
+            f"{d['kept_previous']} changed answers ({d['kept_saved']} saved a right answer, "
+            f"{d['kept_cost']} lost one)"
+        )
         for f in d["flips"]:
-            print(f"  revision {f['round']}: changed {f['changed']}, right→wrong {f['right_to_wrong']}, "
-                  f"wrong→right {f['wrong_to_right']}")
+            print(
+                f"  revision {f['round']}: changed {f['changed']}, right→wrong {f['right_to_wrong']}, "
+                f"wrong→right {f['wrong_to_right']}"
+            )
 
 
 def _judged_table(results: dict, path: Path) -> None:
     """The FOR paper's Figure 2 layout: accuracy, judged accuracy and the three quality scores per method,
     each with its 95% CI and the paired difference from CoT, and the judge's agreement with the metric."""
     base = results.get("cot")
-    rows = {label: {"accuracy": mean_with_ci(r.scores), **judge_summary(r, base if label != "cot" else None)}
-            for label, r in results.items()}
+    rows = {
+        label: {"accuracy": mean_with_ci(r.scores), **judge_summary(r, base if label != "cot" else None)}
+        for label, r in results.items()
+    }
     path.write_text(json.dumps(rows, indent=2))
     print(f"{'method':16s} {'acc %':>18s} " + " ".join(f"{s.split('.')[-1]:>22s}" for s in JUDGE_SCORES))
     for label, row in rows.items():
@@ -135,9 +179,11 @@ def _judged_table(results: dict, path: Path) -> None:
             cells.append(cell)
         print(f"{label:16s} {100 * acc:5.1f} [{100 * lo:4.1f}, {100 * hi:4.1f}] " + " | ".join(cells))
         if "kappa" in row:
-            print(f"{'':16s} judge vs numeric rule: agreement {100 * row['agreement']:.0f}%, Cohen's kappa "
-                  f"{row['kappa']:.2f} (n={row['kappa_n']}); judge failed on {row['fallbacks']}; "
-                  f"judge tokens/item {row['tokens_per_item']:.0f}")
+            print(
+                f"{'':16s} judge vs numeric rule: agreement {100 * row['agreement']:.0f}%, Cohen's kappa "
+                f"{row['kappa']:.2f} (n={row['kappa_n']}); judge failed on {row['fallbacks']}; "
+                f"judge tokens/item {row['tokens_per_item']:.0f}"
+            )
     print(f"written: {path}")
 
 
@@ -155,8 +201,15 @@ def _plot(rows: list[dict], path: Path, title: str) -> None:
     bars = ax.bar(range(len(rows)), accs, yerr=errs, capsize=4, color="#4c72b0")
     for bar, r in zip(bars, rows, strict=True):
         if r["tokens_per_item"] is not None:
-            ax.annotate(f"{r['tokens_per_item']:.0f} tok", (bar.get_x() + bar.get_width() / 2, 0.01),
-                        ha="center", va="bottom", fontsize=7, color="white", rotation=90)
+            ax.annotate(
+                f"{r['tokens_per_item']:.0f} tok",
+                (bar.get_x() + bar.get_width() / 2, 0.01),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="white",
+                rotation=90,
+            )
     ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("accuracy (95% CI)")
     ax.set_ylim(0, 1)

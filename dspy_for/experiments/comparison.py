@@ -147,7 +147,7 @@ def _run_one(
         examples = run.examples
         _log_run_params(run)
         tracing.log_dataset(run)
-        store = ResultStore(items_dir / d.name / d.split / f"{m.label}.{run.key}.jsonl")
+        store = ResultStore.in_dir(items_dir, d.name, d.split, m.label, run.key)
         with store.exclusive():
             res = evaluate(run, store=store)
         _log_result(res, run.compile_usage)

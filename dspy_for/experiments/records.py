@@ -202,6 +202,13 @@ class ResultStore:
         self.path = Path(path)
         self._write_lock = threading.Lock()
 
+    @classmethod
+    def in_dir(cls, results_dir: str | Path, dataset: str, split: str, label: str, key: str) -> ResultStore:
+        """The store of one method (``label``, run key ``key``) on one dataset split in a results directory:
+        ``<results_dir>/<dataset>/<split>/<label>.<key>.jsonl``, the layout compare and the measurement
+        scripts share, so each reuses what the other stored."""
+        return cls(Path(results_dir) / dataset / split / f"{label}.{key}.jsonl")
+
     def load(self) -> dict[str, ItemResult]:
         """Records of earlier (possibly killed) runs by content key; failed ones are left out (re-run), a
         torn last line is ignored, and a later record of an item replaces an earlier one."""

@@ -124,3 +124,48 @@ def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
     for name in names:
         path = root / "experiments/results/prorefine" / dataset / "val" / f"{name}.jsonl"
         assert len(ResultStore(path).load()) >= 28  # 30 or 50 items, less any stored as failed
+
+
+# The committed per-item results of experiments/for_measure.py (and of experiments/matched_budget.toml, which
+# shares its results directory and so reuses them): FOR, CoT and single on GSM8K val with the 1.5B.
+COMMITTED_FOR = {
+    "single": "2cb981680a77",
+    "cot": "eafd6996eea0",
+    "for_n3_host": "b7305e14fee8",
+    "for_n1_host": "110de833a8f4",
+    "for_n3_host_noguard": "be41a3daa38c",
+    "for_n1_host_noguard": "9329bb1bd653",
+}
+
+
+def test_committed_for_results_are_found_by_the_run_path():
+    from dspy_for.datasets import signature_for
+    from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
+    from dspy_for.experiments.config import load_spec
+    from dspy_for.experiments.methods import get_method
+    from dspy_for.experiments.records import ResultStore
+
+    root = Path(__file__).resolve().parents[2]
+    d = DatasetConfig("gsm8k", "val", first=50)
+    measured = [MethodConfig("single"), MethodConfig("cot")] + [
+        MethodConfig("for", f"for_n{n}_host{suffix}", {"rounds": n, "host": True, **extra})
+        for suffix, extra in (("", {}), ("_noguard", {"guard": False}))
+        for n in (3, 1)
+    ]
+    spec = ExperimentSpec(lm="local/qwen2.5-coder-1.5b", max_tokens=1024, datasets=[d], methods=measured)
+    config = load_spec(root / "experiments/matched_budget.toml")
+    from_config = {m.label: m for m in config.methods}
+    for m in measured:
+        program = build_method(m.name, signature_for(d.name), **m.options)
+        key = spec.item_key(d, m, m.options, get_method(m.name).roles, prompts_fingerprint(program))
+        assert key == COMMITTED_FOR[m.label]
+        assert len(ResultStore.in_dir(root / "experiments/results/for", "gsm8k", "val", m.label, key).load()) >= 49
+        if m.label in from_config:  # the matched-budget config finds the same stored items
+            c = from_config[m.label]
+            assert (
+                config.item_key(
+                    config.datasets[0], c, c.options, get_method(c.name).roles, prompts_fingerprint(program)
+                )
+                == key
+            )
+    assert config.results_dir == "experiments/results/for"
