@@ -15,7 +15,7 @@ costs only the Host call.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +28,7 @@ from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import Usage, role, track_usage
 from dspy_for.modules import for_signatures as S
 from dspy_for.modules import trajectory as T
+from dspy_for.modules.adapters import FieldRecoveringChatAdapter
 from dspy_for.modules.guard import Violations, numbers_in, screen_questions, unused_numbers
 
 __all__ = ["FORPrompting"]
@@ -180,7 +181,7 @@ class FORPrompting(dspy.Module):
             "questions": questions,
         }
         try:
-            with role(T.DEFENDER):
+            with role(T.DEFENDER), _later_turn_parsing():
                 out = await calls.predict(self.revise, kwargs)
         except AdapterParseError as exc:  # an unreadable revision changes nothing: A_r = A_{r-1}
             fields = {"responses": [], "error_found": False, "parse_error": _short(exc), "kept_previous": False}
@@ -207,7 +208,7 @@ class FORPrompting(dspy.Module):
         final = d.answers[-1]
         if self.use_host:
             try:
-                with role(T.HOST):
+                with role(T.HOST), _later_turn_parsing():
                     out = await calls.predict(self.host, {**d.inputs, "dialogue": _render_dialogue(d.trajectory)})
                 final = _fields(out, d.outputs)
                 d.record(T.HOST, T.SYNTHESIS, d.rounds_used, _fields(out, ["reasoning", *d.outputs]))
@@ -296,6 +297,15 @@ class _Debate:
         """Append a turn; an ``unreadable`` one (a reply the adapter could not parse) is also counted."""
         self.unreadable += unreadable
         self.trajectory.append(T.for_turn(role, kind, rnd, fields))
+
+
+_RECOVERING_ADAPTER = FieldRecoveringChatAdapter()
+
+
+def _later_turn_parsing() -> AbstractContextManager[Any]:
+    """Revisions and the Host (long multi-field replies) parse with :class:`FieldRecoveringChatAdapter`,
+    unless the caller configured an adapter of its own; A0 parses exactly as ``dspy.ChainOfThought``'s."""
+    return dspy.context(adapter=_RECOVERING_ADAPTER) if dspy.settings.adapter is None else nullcontext()
 
 
 def _short(exc: Exception) -> str:

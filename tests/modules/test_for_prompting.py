@@ -399,6 +399,40 @@ def test_unreadable_revision_keeps_the_previous_answer_and_the_debate_goes_on():
     assert log.count("debater") == 2  # the round-1 questions count as asked; round 2 asks anew
 
 
+REVISION_WITH_INLINE_ANSWER = (  # the 1.5B's quickstart revision: `answer: 135.0` inside the reasoning
+    '[[ ## responses ## ]]\n["I re-checked 3 * 12."]\n\n[[ ## error_found ## ]]\nFalse\n\n'
+    "[[ ## error ## ]]\nnone\n\n[[ ## reasoning ## ]]\n1. **Boxes:** 3 * 12 = 36\nanswer: 36.0\n\n[[ ## completed ## ]]"
+)
+
+
+def test_a_revision_with_its_answer_as_a_plain_line_is_read_without_the_json_fallback():
+    log = []
+    base = make_responder(answers=(36, 36))
+
+    def respond(messages, max_tokens):
+        log.append(role_of(messages))
+        return REVISION_WITH_INLINE_ANSWER if role_of(messages) == "revise" else base(messages, max_tokens)
+
+    dspy.configure(lm=ScriptedLM(respond))
+    pred = FORPrompting("question -> answer: float", rounds=1)(question=Q)
+    revision = next(t for t in pred.trajectory if t["type"] == "revision")
+    assert pred.unreadable_turns == 0 and "parse_error" not in revision["fields"]
+    assert revision["fields"]["answer"] == 36.0 and revision["fields"]["reasoning"] == "1. **Boxes:** 3 * 12 = 36"
+    assert log.count("revise") == 1  # no JSONAdapter retry (the retry that ran to max_tokens)
+
+
+def test_a_configured_adapter_is_respected_for_later_turns():
+    def respond(messages, max_tokens):
+        return REVISION_WITH_INLINE_ANSWER if role_of(messages) == "revise" else make_responder()(messages, max_tokens)
+
+    dspy.configure(lm=ScriptedLM(respond), adapter=dspy.ChatAdapter(use_json_adapter_fallback=False))
+    try:
+        pred = FORPrompting("question -> answer: float", rounds=1)(question=Q)
+    finally:
+        dspy.configure(adapter=None)
+    assert pred.unreadable_turns == 1  # the user's adapter parses; no repair behind its back
+
+
 def test_unreadable_first_answer_fails_the_item():
     from dspy.utils.exceptions import AdapterParseError
 
