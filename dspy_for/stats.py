@@ -4,6 +4,7 @@
   :func:`mean_with_ci` picks the right one.
 * :func:`mcnemar_exact` (binary outcomes) and :func:`paired_bootstrap` (scores) on the same items;
   :func:`paired_comparison` picks the right one and returns difference, interval and p-value.
+* :func:`smallest_resolvable_difference`: the smallest paired accuracy difference n items can show.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "mean_with_ci",
     "paired_bootstrap",
     "paired_comparison",
+    "smallest_resolvable_difference",
     "wilson_interval",
 ]
 
@@ -157,3 +159,15 @@ def cohens_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
     pa, pb = sum(map(bool, a)) / n, sum(map(bool, b)) / n
     expected = pa * pb + (1 - pa) * (1 - pb)
     return 1.0 if expected == 1 else (observed - expected) / (1 - expected)
+
+
+def smallest_resolvable_difference(n: int, alpha: float = 0.05) -> float | None:
+    """The smallest paired accuracy difference that ``n`` items can show at two-sided level ``alpha`` with
+    the exact McNemar test: d/n for the fewest discordant items d that reach p < alpha when all d favour
+    one method (any split between the methods needs more). ``None`` if even n such items cannot (n < 6
+    at 0.05). A lower bound, with no assumption about the methods: a smaller difference is never
+    significant on these items, whatever the data."""
+    for d in range(1, n + 1):
+        if min(1.0, 2 * 0.5**d) < alpha:
+            return d / n
+    return None

@@ -10,6 +10,7 @@ from dspy_for.stats import (
     mean_with_ci,
     paired_bootstrap,
     paired_comparison,
+    smallest_resolvable_difference,
     wilson_interval,
 )
 
@@ -55,3 +56,12 @@ def test_bootstrap_is_seeded():
     xs = [0.1, 0.4, 0.35, 0.8, 0.6]
     assert bootstrap_interval(xs, seed=3) == bootstrap_interval(xs, seed=3)
     assert paired_bootstrap(xs, xs).p_value == 1.0
+
+
+@pytest.mark.parametrize(("n", "expected"), [(5, None), (6, 1.0), (50, 0.12), (100, 0.06), (300, 0.02)])
+def test_smallest_resolvable_difference(n, expected):
+    assert smallest_resolvable_difference(n) == expected
+    if expected is not None:  # d one-sided discordant items reach p < 0.05; d - 1 do not
+        d = round(expected * n)
+        assert mcnemar_exact([1] * d + [0] * (n - d), [0] * n) < 0.05
+        assert mcnemar_exact([1] * (d - 1) + [0] * (n - d + 1), [0] * n) >= 0.05

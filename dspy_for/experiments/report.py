@@ -20,7 +20,7 @@ from dspy_for.experiments.report_judge import (
     judged_rows,
 )
 from dspy_for.metrics import metric_for
-from dspy_for.stats import mean_with_ci, paired_comparison
+from dspy_for.stats import mean_with_ci, paired_comparison, smallest_resolvable_difference
 
 if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
@@ -127,6 +127,14 @@ def legend(result: ComparisonResult) -> str:
         "scored (exact McNemar p); tok/item: prompt+completion tokens per scored item, cache hits at their "
         "original cost"
     )
+    sizes = sorted({r["n"] for r in rows if r.get("n")})
+    if result.spec.baseline and sizes:
+        floor = smallest_resolvable_difference(sizes[0])
+        text += (
+            f"; with n={sizes[0]} no Δ under {100 * floor:.0f} points can reach p<0.05"
+            if floor is not None
+            else f"; n={sizes[0]} is too few for any Δ to reach p<0.05"
+        )
     if any(r["failed"] for r in rows):
         text += "; +N✗: items that failed (LM errors), left out of accuracy and tokens"
     if any(r.get("reused_time") for r in rows):

@@ -89,6 +89,7 @@ def test_end_to_end_into_a_temporary_tracking_store(scripted, tmp_path):
     assert "version.dspy" in parent[0].data.params and "git_commit" in parent[0].data.params
     text = table_text(result)
     assert "for_n1" in text and "(baseline)" in text and "p=" in text
+    assert "n=4 is too few for any Δ to reach p<0.05" in " ".join(text.split())  # 4 items cannot resolve any
     # per-role tokens and the method's own stats, as the MLflow metrics have them
     row = next(r for r in result.rows if r["method"] == "for_n1")
     assert set(row["tokens_per_item_by_role"]) >= {"defender", "debater"}
