@@ -27,11 +27,14 @@ class FieldRecoveringChatAdapter(dspy.ChatAdapter):
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         try:
             return super().parse(signature, completion)
-        except AdapterParseError:
+        except AdapterParseError as unreadable:
             repaired = restore_field_headers(completion, list(signature.output_fields))
             if repaired is None:
                 raise
-            return super().parse(signature, repaired)
+            try:
+                return super().parse(signature, repaired)
+            except AdapterParseError:
+                raise unreadable from None  # the error names the LM's own reply, not the repair
 
 
 def restore_field_headers(completion: str, fields: list[str]) -> str | None:

@@ -35,8 +35,9 @@ def test_the_last_such_line_after_the_last_header_wins():
     ],
 )
 def test_what_cannot_be_repaired_fails_as_with_chat_adapter(completion):
-    with pytest.raises(AdapterParseError):
+    with pytest.raises(AdapterParseError) as failed:
         FieldRecoveringChatAdapter().parse(SIG, completion)
+    assert failed.value.lm_response == completion
 
 
 def test_nothing_missing_means_nothing_to_restore():
