@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dspy_for.cli_common import console, fail, failed_run, show_progress
+from dspy_for.cli_common import console, fail, failed_run, print_whole, show_progress
 from dspy_for.cli_models import models_app, serve
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
@@ -189,7 +189,7 @@ def compare(
         fail(exc)
         return
     for table in rich_tables(result):
-        console.print(table)
+        print_whole(table)
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}")
     browse = "dspy-for ui" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
     console.print(f"MLflow run {result.run_id}; browse with: {browse}", soft_wrap=True, markup=False)

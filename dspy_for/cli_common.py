@@ -8,10 +8,24 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
 
-__all__ = ["console", "fail", "failed_run", "show_progress"]
+__all__ = ["console", "fail", "failed_run", "print_whole", "show_progress"]
 
 console = Console()
+
+
+def print_whole(table: Table) -> None:
+    """Print a table at its full width even on a narrower console (a log file is 80 columns): rich would
+    otherwise cut its cells with an ellipsis, and a number cut short is a wrong number."""
+    full = Measurement.get(console, console.options.update(width=10_000), table).maximum
+    width = console.width
+    console.width = max(width, full)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 def fail(exc: Exception) -> None:

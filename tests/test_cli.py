@@ -63,3 +63,23 @@ def test_first_flag_reaches_the_library_call(monkeypatch, command):
     monkeypatch.setattr(cli, "run_compare" if command == "compare" else "run_sweep", fake)
     result = runner.invoke(app, [command, "x.toml", "--first", "7"])
     assert result.exit_code == 2 and "stop here" in result.output and seen["first"] == 7
+
+
+def test_tables_print_whole_on_an_80_column_console(monkeypatch):
+    """A log file is 80 columns wide: rich would cut a judged table's cells ('62.0 [48.2–74.…')."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    import dspy_for.cli_common as common
+
+    out = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=out, width=80))
+    t = Table()
+    for h in ("method", "judged acc %", "reasoning", "coherence", "holistic"):
+        t.add_column(h, no_wrap=True)
+    t.add_row("for_n3_host_noguard", *["62.0 [48.2–74.4]"] * 4)
+    common.print_whole(t)
+    assert out.getvalue().count("62.0 [48.2–74.4]") == 4 and "…" not in out.getvalue()
+    assert common.console.width == 80

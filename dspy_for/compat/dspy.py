@@ -3,6 +3,7 @@
 - :func:`call_with_messages`: call an LM with adapter-formatted ``messages=`` through the adapter's own
   door (``dspy.clients._deprecation.adapter_message_call``), so DSPy 3.4 does not warn that the
   ``messages=`` path is deprecated. ProRefine needs it to send a step in the final answer's exact format.
+  :func:`relayed_message_call` passes that door on from a wrapping LM to the LM it wraps (``RoleLM``).
 - :class:`UsageKeepingCache`: DSPy's ``dspy.clients.cache.Cache`` whose private
   ``_prepare_cached_response`` (which clears ``usage`` on a hit) also stamps the original call's usage
   on the returned copy, read back with :func:`original_usage`. So a cache hit can report what the
@@ -24,9 +25,10 @@ from dspy.clients.cache import Cache
 from dspy.utils.callback import BaseCallback
 
 try:
+    from dspy.clients._deprecation import _adapter_call
     from dspy.clients._deprecation import adapter_message_call as _adapter_message_call
 except ImportError:  # pragma: no cover - DSPy without the 3.4 migration shim
-    _adapter_message_call = None
+    _adapter_message_call = _adapter_call = None
 
 __all__ = [
     "SUPPORTED_DSPY",
@@ -36,6 +38,7 @@ __all__ = [
     "check_supported",
     "find_history_entry",
     "original_usage",
+    "relayed_message_call",
 ]
 
 #: the DSPy versions dspy-for is tested with (pyproject's pin)
@@ -55,6 +58,18 @@ def call_with_messages(lm: Any, messages: list[dict[str, Any]], **kwargs: Any) -
         return lm(messages=messages, **kwargs)
     with _adapter_message_call(lm, messages):
         return lm(messages=messages, **kwargs)
+
+
+@contextlib.contextmanager
+def relayed_message_call(outer: Any, inner: Any, messages: Any) -> Any:
+    """Inside a wrapping LM's ``__call__``/``acall``: if an adapter called ``outer`` with these ``messages``,
+    the wrapped ``inner`` receives them through the adapter's door too; any other call still warns."""
+    origin = _adapter_call.get() if _adapter_call is not None else None
+    if _adapter_message_call is None or origin is None or origin[0] is not outer or origin[1] is not messages:
+        yield
+        return
+    with _adapter_message_call(inner, messages):
+        yield
 
 
 def _plain_usage(usage: Any) -> dict[str, Any] | None:

@@ -283,6 +283,8 @@ def evaluate(
         items.append(item)
     if run.judge is not None:
         items = judge_items(run, items, store, progress)
+    else:  # verdicts stored by an earlier judged run stay in the store, out of this run's numbers
+        items = [replace(i, judge=None, judge_usage={}) if i.judge is not None else i for i in items]
     reused = sum(done[i.key].wall_time for i in items if i.key in done and i.key not in fresh)
     return MethodResult(label=run.method.label, items=items, wall_time=time.perf_counter() - start, reused_time=reused)
 

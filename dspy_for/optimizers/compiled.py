@@ -14,6 +14,7 @@ from typing import Any
 
 import dspy
 
+from dspy_for.compat.dspy import relayed_message_call
 from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import role, track_usage
@@ -45,11 +46,11 @@ class RoleLM(dspy.BaseLM):
         self.kwargs = lm.kwargs
 
     def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        with role(self.role_name):
+        with role(self.role_name), relayed_message_call(self, self.inner, messages):
             return self.inner(prompt, messages=messages, **kwargs)
 
     async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        with role(self.role_name):
+        with role(self.role_name), relayed_message_call(self, self.inner, messages):
             return await self.inner.acall(prompt, messages=messages, **kwargs)
 
     def forward(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:

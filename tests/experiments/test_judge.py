@@ -119,6 +119,12 @@ def test_a_judge_added_later_grades_stored_items_without_rerunning_the_method(sc
     assert all(i.judge is not None for i in result.results["gsm8k"]["cot"].items)
     compare(_write(tmp_path), tracking_uri=uri)
     assert len(JUDGE_CALLS) == 10  # verdicts are stored with the items: a re-run grades nothing again
+    # the same items without a judge: the stored verdicts stay in the store, out of this run's numbers
+    unjudged = compare(_write(tmp_path, CONFIG.replace('[judge]\nlm = "openai/judge-model"\n', "")), tracking_uri=uri)
+    assert all(i.judge is None for i in unjudged.results["gsm8k"]["cot"].items)
+    assert not any("judge" in r for r in unjudged.rows) and "judged" not in table_text(unjudged)
+    rejudged = compare(_write(tmp_path), tracking_uri=uri)
+    assert len(JUDGE_CALLS) == 10 and next(r for r in rejudged.rows if r["method"] == "cot")["judge"]["n"] == 4
 
 
 def test_judge_lm_flag_and_bad_judge_configs(tmp_path):

@@ -60,3 +60,19 @@ def test_lm_callbacks_exist():
     from dspy.utils.callback import BaseCallback
 
     assert callable(BaseCallback.on_lm_start) and callable(BaseCallback.on_lm_end) and hasattr(dspy, "context")
+
+
+def test_a_role_lm_relays_the_adapters_door_and_nothing_else():
+    """RoleLM wraps GEPA's and MIPROv2's LMs: a predictor's call through it is an adapter call to the LM
+    it wraps (no deprecation warning); a user's own ``messages=`` call through it still warns."""
+    import warnings
+
+    from dspy_for.optimizers.compiled import RoleLM
+
+    wrapped = RoleLM(ScriptedLM(lambda m, t: {"answer": "4"}), "optimizer")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with dspy.context(lm=wrapped, adapter=dspy.ChatAdapter()):
+            assert dspy.Predict("question -> answer")(question="2+2?").answer == "4"
+    with pytest.warns(DeprecationWarning, match="messages="):
+        wrapped(messages=[{"role": "user", "content": "hi"}])
