@@ -169,3 +169,34 @@ def test_committed_for_results_are_found_by_the_run_path():
                 == key
             )
     assert config.results_dir == "experiments/results/for"
+
+
+# The committed per-item results of the other issue-18 configs that share experiments/results/for/: each
+# label of the config (first 50 items) at the key the run path computes, so a re-run reuses them.
+# (matched_budget.toml's self-consistency key depends on the k that `match_budget` sizes at run time.)
+COMMITTED_FOR_CONFIGS = {
+    "for_asymmetry.toml": {
+        "cot_0.5b": "a331b8f65049",
+        "for_asym_n1_host": "b77a4418d8a9",
+        "cot": "eafd6996eea0",
+    },
+}
+
+
+@pytest.mark.parametrize("config_name", list(COMMITTED_FOR_CONFIGS))
+def test_committed_results_of_the_issue_18_configs_are_found_by_the_run_path(config_name):
+    from dspy_for.datasets import signature_for
+    from dspy_for.experiments.config import load_spec
+    from dspy_for.experiments.methods import get_method
+    from dspy_for.experiments.records import ResultStore
+
+    root = Path(__file__).resolve().parents[2]
+    spec = load_spec(root / "experiments" / config_name, first=50)
+    d = spec.datasets[0]
+    for label, expected in COMMITTED_FOR_CONFIGS[config_name].items():
+        m = next(x for x in spec.methods if x.label == label)
+        program = build_method(m.name, signature_for(d.name), **m.options)
+        key = spec.item_key(d, m, m.options, get_method(m.name).roles, prompts_fingerprint(program))
+        assert key == expected
+        store = ResultStore.in_dir(root / spec.results_dir, d.name, d.split, label, key)
+        assert len(store.load()) == 50
