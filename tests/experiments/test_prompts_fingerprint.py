@@ -180,6 +180,11 @@ COMMITTED_FOR_CONFIGS = {
         "for_asym_n1_host": "b77a4418d8a9",
         "cot": "eafd6996eea0",
     },
+    "for_free_debater.toml": {
+        "for_free_n1_host": "03f615f98bd7",
+        "for_n1_host": "110de833a8f4",
+        "cot": "eafd6996eea0",
+    },
 }
 
 
