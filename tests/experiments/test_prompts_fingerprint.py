@@ -16,6 +16,16 @@ import pytest
 from dspy_for.experiments.methods import build_method
 from dspy_for.experiments.spec import prompts_fingerprint
 
+
+def _run_key(spec, dataset, method) -> str:
+    """The result key the run path gives ``method`` on ``dataset`` (its program built without an LM)."""
+    from dspy_for.datasets import signature_for
+    from dspy_for.experiments.methods import get_method
+
+    program = build_method(method.name, signature_for(dataset.name), **method.options)
+    return spec.item_key(dataset, method, method.options, get_method(method.name).roles, prompts_fingerprint(program))
+
+
 FINGERPRINTS = [
     ("cot", "{}", "question -> answer: float", "b7fe3c6b1759"),
     ("cot", "{}", "question -> answer: int", "4cd5300d0919"),
@@ -106,9 +116,7 @@ COMMITTED = {
 
 @pytest.mark.parametrize(("role_lm", "dataset"), list(COMMITTED))
 def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
-    from dspy_for.datasets import signature_for
     from dspy_for.experiments.config import load_spec
-    from dspy_for.experiments.methods import get_method
     from dspy_for.experiments.records import ResultStore
 
     root = Path(__file__).resolve().parents[2]
@@ -116,10 +124,7 @@ def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
     d = next(x for x in spec.datasets if x.name == dataset)
     names = []
     for m in spec.methods:
-        program = build_method(m.name, signature_for(d.name), **m.options)  # no LM: prompts only
-        names.append(
-            f"{m.label}.{spec.item_key(d, m, m.options, get_method(m.name).roles, prompts_fingerprint(program))}"
-        )
+        names.append(f"{m.label}.{_run_key(spec, d, m)}")
     assert names == COMMITTED[(role_lm, dataset)]
     for name in names:
         path = root / "experiments/results/prorefine" / dataset / "val" / f"{name}.jsonl"
@@ -139,10 +144,8 @@ COMMITTED_FOR = {
 
 
 def test_committed_for_results_are_found_by_the_run_path():
-    from dspy_for.datasets import signature_for
     from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
     from dspy_for.experiments.config import load_spec
-    from dspy_for.experiments.methods import get_method
     from dspy_for.experiments.records import ResultStore
 
     root = Path(__file__).resolve().parents[2]
@@ -156,18 +159,11 @@ def test_committed_for_results_are_found_by_the_run_path():
     config = load_spec(root / "experiments/matched_budget.toml")
     from_config = {m.label: m for m in config.methods}
     for m in measured:
-        program = build_method(m.name, signature_for(d.name), **m.options)
-        key = spec.item_key(d, m, m.options, get_method(m.name).roles, prompts_fingerprint(program))
+        key = _run_key(spec, d, m)
         assert key == COMMITTED_FOR[m.label]
         assert len(ResultStore.in_dir(root / "experiments/results/for", "gsm8k", "val", m.label, key).load()) >= 49
         if m.label in from_config:  # the matched-budget config finds the same stored items
-            c = from_config[m.label]
-            assert (
-                config.item_key(
-                    config.datasets[0], c, c.options, get_method(c.name).roles, prompts_fingerprint(program)
-                )
-                == key
-            )
+            assert _run_key(config, config.datasets[0], from_config[m.label]) == key
     assert config.results_dir == "experiments/results/for"
 
 
@@ -190,18 +186,14 @@ COMMITTED_FOR_CONFIGS = {
 
 @pytest.mark.parametrize("config_name", list(COMMITTED_FOR_CONFIGS))
 def test_committed_results_of_the_issue_18_configs_are_found_by_the_run_path(config_name):
-    from dspy_for.datasets import signature_for
     from dspy_for.experiments.config import load_spec
-    from dspy_for.experiments.methods import get_method
     from dspy_for.experiments.records import ResultStore
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments" / config_name, first=50)
     d = spec.datasets[0]
     for label, expected in COMMITTED_FOR_CONFIGS[config_name].items():
-        m = next(x for x in spec.methods if x.label == label)
-        program = build_method(m.name, signature_for(d.name), **m.options)
-        key = spec.item_key(d, m, m.options, get_method(m.name).roles, prompts_fingerprint(program))
+        key = _run_key(spec, d, next(x for x in spec.methods if x.label == label))
         assert key == expected
         store = ResultStore.in_dir(root / spec.results_dir, d.name, d.split, label, key)
         assert len(store.load()) == 50
