@@ -245,12 +245,13 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
                 capsize=4,
                 label=label,
             )
-            ax.annotate(label, (r.tokens_per_item, acc), textcoords="offset points", xytext=(5, 5), fontsize=8)
         ax.set_xlabel("tokens per item (prompt + completion, cold-cache cost)")
         ax.set_ylabel("accuracy (95% CI)")
         ax.set_title(f"Cost / accuracy on {dataset}")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[1]:  # beside the axes: methods of similar cost never cover each other
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         figs[f"frontier_{dataset}.png"] = fig
         judged = judged_rows(result, dataset)
         if judged:

@@ -85,3 +85,31 @@ def test_debate_diagnostics_counts_what_keep_unless_error_set_aside():
 def test_debate_diagnostics_of_no_items_is_empty_not_an_error():
     d = debate_diagnostics([], numeric_match)
     assert d["flips"] == [] and d["collapse_first_attempt"] == 0.0 and d["error_found_rate"] == 0.0
+
+
+def test_frontier_plot_names_every_scored_method_in_a_legend_beside_the_axes():
+    """Methods of about the same cost (FOR and self-consistency at a matched budget) must stay readable:
+    the names go in a legend outside the axes, not as labels on top of each other's markers."""
+    from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
+    from dspy_for.experiments.comparison import ComparisonResult
+    from dspy_for.experiments.records import ItemResult, MethodResult
+    from dspy_for.experiments.report import figures
+
+    def res(label, scores, tokens):
+        usage = {"task": {"calls": 1, "prompt_tokens": tokens, "completion_tokens": 0, "tokens": tokens}}
+        items = [ItemResult(str(i), f"q{i}", 1, {}, s, usage=usage) for i, s in enumerate(scores)]
+        return MethodResult(label, items)
+
+    failed = MethodResult("broken", [ItemResult("0", "q0", 1, {}, 0.0, error="APIConnectionError: down")])
+    by_label = {
+        "for_n1_host": res("for_n1_host", [1, 1, 0], 5000),
+        "self_consistency": res("self_consistency", [1, 0, 1], 4900),
+        "broken": failed,
+    }
+    spec = ExperimentSpec(lm="local/x", datasets=[DatasetConfig("gsm8k", "val")], methods=[MethodConfig("cot")])
+    result = ComparisonResult(spec=spec, results={"gsm8k": by_label})
+    fig = figures(result)["frontier_gsm8k.png"]
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["for_n1_host", "self_consistency"]
+    assert not ax.texts  # no labels drawn over the markers
+    assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1  # right of the axes
