@@ -122,8 +122,8 @@ def _ordered(spec: ExperimentSpec) -> list[MethodConfig]:
 
 
 def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: MethodConfig) -> dict[str, Any]:
-    """Options that spend about the first FOR method's tokens per item: k (or N) CoT calls at CoT's measured
-    cost per call."""
+    """Options that spend about the first FOR method's tokens per item: k CoT calls at CoT's measured cost
+    per call (self-consistency), or up to N attempts (Refine, which stops early once its reward is met)."""
     for_res = next((done[x.label] for x in spec.methods if x.name == "for" and x.label in done), None)
     cot_res = next((done[x.label] for x in spec.methods if x.name == "cot" and x.label in done), None)
     if for_res is None or cot_res is None or not for_res.n_scored or not cot_res.n_scored:
@@ -132,7 +132,9 @@ def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: Meth
     n = max(1, round(for_res.tokens_per_item / max(cot_res.tokens_per_item, 1.0)))
     if m.name == "self_consistency":
         return {**m.options, "k": n}
-    return {**m.options, "N": n, "threshold": 2.0}  # Refine: an unreachable threshold spends all N attempts
+    # Refine: N attempts is the cap; it stops once its reward is met. (Forcing all N with an unreachable
+    # threshold would only waste them: dspy.Refine keeps the first attempt with the best reward.)
+    return {**m.options, "N": n}
 
 
 def _run_one(

@@ -177,10 +177,15 @@ def _sc_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module
     return _with_lm(SelfConsistency(sig, **options), lms["task"])
 
 
-def _answer_parses(args: Mapping[str, Any], pred: dspy.Prediction) -> float:
-    """Label-free reward for dspy.Refine: 1.0 when the first output field is present and non-empty."""
-    value = next(iter(pred.values()), None) if hasattr(pred, "values") else None
-    return float(value is not None and str(value).strip() not in ("", "None"))
+def _answer_parses_reward(signature: Any) -> Callable[[Mapping[str, Any], dspy.Prediction], float]:
+    """Label-free reward for dspy.Refine: 1.0 when every output field of the task's ``signature`` is present
+    and non-empty (the reasoning ChainOfThought adds does not count), else 0.0."""
+    outputs = list(dspy.ensure_signature(signature).output_fields)
+
+    def answer_parses(args: Mapping[str, Any], pred: dspy.Prediction) -> float:
+        return float(all(str(pred.get(name, "")).strip() not in ("", "None") for name in outputs))
+
+    return answer_parses
 
 
 def _refine_factory(sig: Any, lms: Mapping[str, Any], *, N: int, threshold: float) -> dspy.Module:
@@ -188,9 +193,8 @@ def _refine_factory(sig: Any, lms: Mapping[str, Any], *, N: int, threshold: floa
         raise ConfigError(f"`N` must be a positive integer (attempts), got {N!r}.")
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
         raise ConfigError(f"`threshold` must be a number, got {threshold!r}.")
-    return _with_lm(
-        dspy.Refine(dspy.ChainOfThought(sig), N=N, reward_fn=_answer_parses, threshold=threshold), lms["task"]
-    )
+    reward = _answer_parses_reward(sig)
+    return _with_lm(dspy.Refine(dspy.ChainOfThought(sig), N=N, reward_fn=reward, threshold=threshold), lms["task"])
 
 
 register_method(

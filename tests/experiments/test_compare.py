@@ -258,7 +258,18 @@ def test_matched_budget_sizes_baselines_from_for(scripted, tmp_path):
     k = max(1, round(ratio))
     assert r["self_consistency"].calls_per_item == pytest.approx(k)
     assert abs(r["self_consistency"].tokens_per_item - r["for_n1"].tokens_per_item) < r["cot"].tokens_per_item
+    # Refine may spend up to k attempts, but stops at its first one whose answer parses (all of them here)
+    assert k > 1 and r["refine"].calls_per_item == pytest.approx(1.0)
     assert os.path.exists(result.plots[0])
+
+
+def test_refine_reward_asks_for_the_tasks_answer_not_cots_reasoning():
+    from dspy_for.experiments.methods import _answer_parses_reward
+
+    reward = _answer_parses_reward("question -> answer")
+    assert reward({}, dspy.Prediction(reasoning="2 + 2 = 4", answer="4")) == 1.0
+    assert reward({}, dspy.Prediction(reasoning="2 + 2 = 4", answer="")) == 0.0
+    assert reward({}, dspy.Prediction(reasoning="2 + 2 = 4")) == 0.0
 
 
 @pytest.mark.parametrize(
