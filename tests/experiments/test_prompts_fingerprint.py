@@ -169,7 +169,8 @@ def test_committed_for_results_are_found_by_the_run_path():
 
 # The committed per-item results of the other issue-18 configs that share experiments/results/for/: each
 # label of the config (its first 50 items) at the key the run path computes, so a re-run reuses them.
-# (matched_budget.toml's self-consistency key depends on the k that `match_budget` sizes at run time.)
+# (matched_budget.toml's self-consistency and Refine keys depend on the k and N that `match_budget` sizes at
+# run time: they are pinned below at the sizes the stored runs got.)
 COMMITTED_FOR_CONFIGS = {
     "for_asymmetry.toml": {
         "cot_0.5b": "a331b8f65049",
@@ -203,3 +204,24 @@ def test_committed_results_of_the_issue_18_configs_are_found_by_the_run_path(con
         assert key == expected
         store = ResultStore.in_dir(root / spec.results_dir, d.name, d.split, label, key)
         assert len(store.load()) >= 50  # the first 50 items; CoT and single were grown to 100
+
+
+# matched_budget.toml's baselines at the sizes `match_budget` gave them on the first 50 items:
+# k = N = round(5,021 / 640) = 8 (FOR N = 1 + Host's and CoT's stored tokens per item).
+COMMITTED_MATCHED = {"self_consistency": ({"k": 8}, "475283ea039e"), "refine": ({"N": 8}, "d46d9f85679f")}
+
+
+@pytest.mark.parametrize("label", list(COMMITTED_MATCHED))
+def test_committed_matched_budget_baselines_are_found_by_the_run_path(label):
+    from dspy_for.experiments.config import load_spec
+    from dspy_for.experiments.records import ResultStore
+    from dspy_for.experiments.run import with_options
+
+    root = Path(__file__).resolve().parents[2]
+    spec = load_spec(root / "experiments/matched_budget.toml", first=50)
+    d = spec.datasets[0]
+    options, expected = COMMITTED_MATCHED[label]
+    m = next(x for x in spec.methods if x.label == label)
+    key = _run_key(spec, d, with_options(m, {**m.options, **options}))
+    assert key == expected
+    assert len(ResultStore.in_dir(root / spec.results_dir, d.name, d.split, label, key).load()) == 50
