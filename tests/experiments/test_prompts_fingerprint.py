@@ -225,3 +225,26 @@ def test_committed_matched_budget_baselines_are_found_by_the_run_path(label):
     key = _run_key(spec, d, with_options(m, {**m.options, **options}))
     assert key == expected
     assert len(ResultStore.in_dir(root / spec.results_dir, d.name, d.split, label, key).load()) == 50
+
+
+# The FOR paper's Figure 2 layout (issue 18): the first N GSM8K val items of single, CoT and FOR N = 3 + Host,
+# each graded by the 1.5B judge with today's grading prompt, so `for_measure.py --judge-lm
+# local/qwen2.5-coder-1.5b --methods single,cot,for_n3_host` reprints the table without an LM call (and, at
+# `--first 100`, grades only what is new). FOR N = 3 + Host is judged on its first 86 so far.
+FIGURE_2_JUDGED = {"single": 100, "cot": 100, "for_n3_host": 86}
+
+
+@pytest.mark.parametrize("label", list(FIGURE_2_JUDGED))
+def test_committed_figure_2_results_are_judged_by_todays_judge(label):
+    from dspy_for.experiments.records import ResultStore
+    from dspy_for.judges import Judge
+
+    root = Path(__file__).resolve().parents[2]
+    store = ResultStore.in_dir(root / "experiments/results/for", "gsm8k", "val", label, COMMITTED_FOR[label])
+    items = {i.id: i for i in store.load().values()}
+    first = [items.get(f"gsm8k/val/{k}") for k in range(FIGURE_2_JUDGED[label])]
+    assert all(i is not None and not i.failed for i in first)
+    judge_prompt = prompts_fingerprint(Judge(object()).predictor)
+    for item in first:
+        assert item.judge is not None
+        assert json.loads(item.judge["lm"]) == {"judge": {"lm": "local/qwen2.5-coder-1.5b"}, "prompt": judge_prompt}
