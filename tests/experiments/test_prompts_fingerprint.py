@@ -230,8 +230,8 @@ def test_committed_matched_budget_baselines_are_found_by_the_run_path(label):
 # The FOR paper's Figure 2 layout (issue 18): the first N GSM8K val items of single, CoT and FOR N = 3 + Host,
 # each graded by the 1.5B judge with today's grading prompt, so `for_measure.py --judge-lm
 # local/qwen2.5-coder-1.5b --methods single,cot,for_n3_host` reprints the table without an LM call (and, at
-# `--first 100`, grades only what is new). FOR N = 3 + Host is judged on its first 86 so far.
-FIGURE_2_JUDGED = {"single": 100, "cot": 100, "for_n3_host": 86}
+# `--first 100`, grades only what is new).
+FIGURE_2_JUDGED = {"single": 100, "cot": 100, "for_n3_host": 100}
 
 
 @pytest.mark.parametrize("label", list(FIGURE_2_JUDGED))
