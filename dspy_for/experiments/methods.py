@@ -47,6 +47,9 @@ class MethodSpec:
     #: whether the method, with these options, reads each item's gold label (it is then given ``gold=``,
     #: and its results are marked ``label_using``: an upper bound, not a deployable method)
     uses_labels: Callable[[Mapping[str, Any]], bool] = _never
+    #: bumped when the method's code changes what it answers for the same options and prompts; part of the
+    #: result key when non-zero, so per-item results stored by the old code are not reused
+    revision: int = 0
 
     def split_options(self, options: Mapping[str, Any]) -> tuple[dict[str, Any], float | None]:
         """(the method's own options, the LM ``temperature`` if one is given for a method without that option)."""
@@ -203,6 +206,7 @@ register_method(
         description="Self-consistency: k sampled CoT answers (temperature > 0), majority vote.",
         factory=_sc_factory,
         defaults={"k": 5, "temperature": 0.7},
+        revision=1,  # 1: an unreadable sample is dropped from the vote (it used to make the item unparsed)
     )
 )
 register_method(

@@ -130,7 +130,9 @@ def prepare_run(
     metric = metric_for(dataset.name)
     default, role_lms = build_lms(spec, method, temperature)
     program = build_method(method.name, sig, lm=default, role_lms=role_lms, **options)
-    key = spec.item_key(dataset, method, method.options, registered.roles, prompts_fingerprint(program))
+    key = spec.item_key(
+        dataset, method, method.options, registered.roles, prompts_fingerprint(program), registered.revision
+    )
     run = PreparedRun(
         spec=spec,
         dataset=dataset,

@@ -223,6 +223,7 @@ class RunSpec:
         options: Mapping[str, Any],
         roles: Iterable[str],
         prompts: str = "",
+        revision: int = 0,
     ) -> str:
         """Hash of what decides one item's result for ``method`` on ``dataset``: each role's LM and the
         options that change its answers, the options and compile settings, the prompts (``prompts``:
@@ -230,7 +231,9 @@ class RunSpec:
         items run (``limit``/``first``), where the data was read from, nor the other methods. Per-item
         results are stored under it and matched by each item's content, so a run grown from 10 to 50
         items only runs what is new, an edited data file re-runs exactly the changed items, and a role
-        prompt edited in the library starts a fresh set of results instead of reusing stale ones."""
+        prompt edited in the library starts a fresh set of results instead of reusing stale ones.
+        ``revision`` (the method's, when non-zero) does the same for a change of the method's code."""
+        code = {"revision": revision} if revision else {}
         return _hash(
             {
                 "roles": self.role_settings(roles, method.role_lms),
@@ -243,6 +246,7 @@ class RunSpec:
                     "options": dict(options),
                     "compile": method.compile,
                     "prompts": prompts,
+                    **code,
                 },
             }
         )

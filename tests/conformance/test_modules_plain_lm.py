@@ -207,3 +207,20 @@ def test_a_warm_cache_rerun_reports_the_cold_runs_served_tokens(name, kind, engi
         assert (w.cached_prompt_tokens, w.cached_completion_tokens) == (c.prompt_tokens, c.completion_tokens)
         assert w.served_tokens == c.served_tokens
     assert [c.finish_reason for c in warm.calls] == [c.finish_reason for c in cold.calls]
+
+
+def test_self_consistency_drops_an_unreadable_sample_with_a_plain_lm(fault_server):
+    """An unreadable reply from a real endpoint casts no vote; its tokens are still counted."""
+    replies = iter(["no fields here at all", "36", "15", "36"])
+
+    def respond(messages: list[dict[str, Any]], max_tokens: int | None) -> dict[str, Any] | str:
+        reply = next(replies)
+        return {"reasoning": "3 * 12", "answer": reply} if reply.isdigit() else reply
+
+    fault_server.responder = respond
+    program = build("self_consistency", plain_lm(fault_server), k=4)
+    with dspy.context(adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)), track_usage() as usage:
+        pred = program(question=Q)
+    assert pred.answer == 36.0
+    assert pred.stats == {"samples": 4.0, "readable": 3.0, "agreement": pytest.approx(2 / 3)}
+    assert usage.total.calls == len(fault_server.responses) == 4

@@ -179,6 +179,31 @@ def test_an_edited_role_prompt_does_not_reuse_stored_results(scripted, tmp_path,
     assert len(list((results / "gsm8k" / "sample").glob("for_n1.*.jsonl"))) == 2
 
 
+def test_a_method_revision_does_not_reuse_results_stored_by_older_code(scripted, tmp_path, monkeypatch):
+    """A fix that changes a method's answers bumps its ``revision``: the same config then runs its items
+    again instead of reporting what the old code answered (revision 0 keeps every stored key)."""
+    from dataclasses import replace
+
+    from dspy.clients.cache import Cache
+
+    from dspy_for.experiments import methods
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    results = tmp_path / "results"
+    dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=False, disk_cache_dir="", memory_max_entries=0)
+    run = dict(tracking_uri=uri, first=2, methods="cot", baseline="cot", results_dir=str(results))
+    compare(_write(tmp_path), **run)
+    before = len(scripted.calls)
+    monkeypatch.setitem(methods._REGISTRY, "cot", replace(methods.get_method("cot"), revision=0))
+    compare(_write(tmp_path), **run)
+    assert len(scripted.calls) == before  # revision 0 is the key every stored result has
+
+    monkeypatch.setitem(methods._REGISTRY, "cot", replace(methods.get_method("cot"), revision=1))
+    compare(_write(tmp_path), **run)
+    assert len(scripted.calls) == before + 2
+    assert len(list((results / "gsm8k" / "sample").glob("cot.*.jsonl"))) == 2
+
+
 def test_one_failing_method_leaves_the_others_logged(scripted, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

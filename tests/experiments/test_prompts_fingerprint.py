@@ -23,7 +23,10 @@ def _run_key(spec, dataset, method) -> str:
     from dspy_for.experiments.methods import get_method
 
     program = build_method(method.name, signature_for(dataset.name), **method.options)
-    return spec.item_key(dataset, method, method.options, get_method(method.name).roles, prompts_fingerprint(program))
+    registered = get_method(method.name)
+    return spec.item_key(
+        dataset, method, method.options, registered.roles, prompts_fingerprint(program), registered.revision
+    )
 
 
 FINGERPRINTS = [
@@ -203,28 +206,42 @@ def test_committed_results_of_the_issue_18_configs_are_found_by_the_run_path(con
         key = _run_key(spec, d, next(x for x in spec.methods if x.label == label))
         assert key == expected
         store = ResultStore.in_dir(root / spec.results_dir, d.name, d.split, label, key)
-        assert len(store.load()) >= 50  # the first 50 items; CoT and single were grown to 100
+        assert len(store.load()) >= 50  # the first 50 items; CoT, single and FOR N = 1 + Host were grown to 100
 
 
-# matched_budget.toml's baselines at the sizes `match_budget` gave them on the first 50 items:
-# k = N = round(5,021 / 640) = 8 (FOR N = 1 + Host's and CoT's stored tokens per item).
-COMMITTED_MATCHED = {"self_consistency": ({"k": 8}, "475283ea039e"), "refine": ({"N": 8}, "d46d9f85679f")}
+# matched_budget.toml's baselines at the sizes `match_budget` gives them from the stored FOR N = 1 + Host
+# and CoT results of the same first items: k = N = round(5,021 / 640) = 8 on the first 50, and k =
+# round(4,806 / 622) = 8 on the first 100, so self-consistency's 100 items share one key (its code revision
+# 1: an unreadable sample casts no vote).
+COMMITTED_MATCHED = {
+    ("self_consistency", 50): "abc11647aedc",
+    ("refine", 50): "d46d9f85679f",
+}
 
 
-@pytest.mark.parametrize("label", list(COMMITTED_MATCHED))
-def test_committed_matched_budget_baselines_are_found_by_the_run_path(label):
+@pytest.mark.parametrize(("label", "first"), list(COMMITTED_MATCHED))
+def test_committed_matched_budget_baselines_are_found_by_the_run_path(label, first):
+    from dspy_for.experiments.comparison import _matched_budget
     from dspy_for.experiments.config import load_spec
-    from dspy_for.experiments.records import ResultStore
+    from dspy_for.experiments.records import MethodResult, ResultStore
     from dspy_for.experiments.run import with_options
 
     root = Path(__file__).resolve().parents[2]
-    spec = load_spec(root / "experiments/matched_budget.toml", first=50)
+    spec = load_spec(root / "experiments/matched_budget.toml", first=first)
     d = spec.datasets[0]
-    options, expected = COMMITTED_MATCHED[label]
+
+    def first_items(m):  # the stored first `first` items of one method, each present and not failed
+        store = ResultStore.in_dir(root / spec.results_dir, d.name, d.split, m.label, _run_key(spec, d, m))
+        items = {i.id: i for i in store.load().values()}
+        found = [items.get(f"gsm8k/val/{k}") for k in range(first)]
+        assert all(i is not None and not i.failed for i in found), m.label
+        return found
+
+    done = {x.label: MethodResult(x.label, first_items(x)) for x in spec.methods if x.label in ("for_n1_host", "cot")}
     m = next(x for x in spec.methods if x.label == label)
-    key = _run_key(spec, d, with_options(m, {**m.options, **options}))
-    assert key == expected
-    assert len(ResultStore.in_dir(root / spec.results_dir, d.name, d.split, label, key).load()) == 50
+    sized = with_options(m, _matched_budget(spec, done, m))
+    assert _run_key(spec, d, sized) == COMMITTED_MATCHED[(label, first)]
+    first_items(sized)
 
 
 # The FOR paper's Figure 2 layout (issue 18): the first N GSM8K val items of single, CoT and FOR N = 3 + Host,
