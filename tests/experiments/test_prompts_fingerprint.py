@@ -210,9 +210,9 @@ def test_committed_results_of_the_issue_18_configs_are_found_by_the_run_path(con
 
 
 # matched_budget.toml's baselines at the sizes `match_budget` gives them from the stored FOR N = 1 + Host
-# and CoT results of the same first items: k = N = round(5,021 / 640) = 8 on the first 50, and k =
-# round(4,806 / 622) = 8 on the first 100, so self-consistency's 100 items share one key (its code revision
-# 1: an unreadable sample casts no vote).
+# and CoT results of the same first items: k = N = round(5,021 / 640) = 8 on the first 50 (self-consistency
+# at its code revision 1: an unreadable sample casts no vote). On the first 100 k = round(4,806 / 622) = 8
+# too, the same key; its items 91-99 are not stored yet, so the 100-item row is added when they are.
 COMMITTED_MATCHED = {
     ("self_consistency", 50): "abc11647aedc",
     ("refine", 50): "d46d9f85679f",
