@@ -22,6 +22,7 @@ __all__ = [
     "PairedResult",
     "bootstrap_interval",
     "cohens_kappa",
+    "format_p_value",
     "mcnemar_exact",
     "mean_with_ci",
     "paired_bootstrap",
@@ -171,3 +172,11 @@ def smallest_resolvable_difference(n: int, alpha: float = 0.05) -> float | None:
         if min(1.0, 2 * 0.5**d) < alpha:
             return d / n
     return None
+
+
+def format_p_value(p: float) -> str:
+    """A p-value as tables print it: ``p=0.03``, three decimals under 0.01 (so 0.0025 reads ``p=0.002``,
+    not ``p=0.00``), and ``p<0.001`` below that — never rounded to zero."""
+    if p < 0.001:
+        return "p<0.001"
+    return f"p={p:.3f}" if p < 0.01 else f"p={p:.2f}"

@@ -26,7 +26,7 @@ from dspy_for.experiments.diagnostics import debate_diagnostics, round_scores
 from dspy_for.experiments.report import JUDGE_SCORES, judge_summary
 from dspy_for.experiments.spec import JudgeConfig
 from dspy_for.metrics import numeric_match
-from dspy_for.stats import mean_with_ci, paired_comparison
+from dspy_for.stats import format_p_value, mean_with_ci, paired_comparison
 
 
 def main() -> None:
@@ -136,7 +136,10 @@ def main() -> None:
         tok = f"{row['tokens_per_item']:.0f}" if row["tokens_per_item"] is not None else "-"
         calls = f"{row['calls_per_item']:.1f}" if row["calls_per_item"] is not None else "-"
         ci = f"[{row['lo']:5.1%}, {row['hi']:5.1%}]"
-        vs = [f"{row[k]['diff']:+.0%} ({row[k]['p']:.3f})" if k in row else "-" for k in ("vs_single", "vs_cot")]
+        vs = [
+            f"{row[k]['diff']:+.0%} ({format_p_value(row[k]['p'])})" if k in row else "-"
+            for k in ("vs_single", "vs_cot")
+        ]
         print(
             f"{row['method']:38s} {row['n']:3d} {row['acc']:6.1%} {ci} {tok:>9s} {calls:>6s} {vs[0]:>15s} {vs[1]:>15s}"
         )
@@ -175,7 +178,7 @@ def _judged_table(results: dict, path: Path) -> None:
             k = 100 if score == "judged_accuracy" else 1
             cell = f"{k * e['mean']:.2f} [{k * e['low']:.2f}, {k * e['high']:.2f}]" if e else "-"
             if e and "delta" in e:
-                cell += f" Δ{k * e['delta']:+.2f} p={e['p_value']:.2f}"
+                cell += f" Δ{k * e['delta']:+.2f} {format_p_value(e['p_value'])}"
             cells.append(cell)
         print(f"{label:16s} {100 * acc:5.1f} [{100 * lo:4.1f}, {100 * hi:4.1f}] " + " | ".join(cells))
         if "kappa" in row:

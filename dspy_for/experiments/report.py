@@ -20,7 +20,7 @@ from dspy_for.experiments.report_judge import (
     judged_rows,
 )
 from dspy_for.metrics import metric_for
-from dspy_for.stats import mean_with_ci, paired_comparison, smallest_resolvable_difference
+from dspy_for.stats import format_p_value, mean_with_ci, paired_comparison, smallest_resolvable_difference
 
 if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
@@ -114,7 +114,7 @@ def _fmt_row(row: dict[str, Any], baseline: str | None) -> list[str]:
     elif row["delta"] is None:
         delta = "-"
     else:
-        delta = f"{100 * row['delta']:+.1f} (p={row['p_value']:.2f})"
+        delta = f"{100 * row['delta']:+.1f} ({format_p_value(row['p_value'])})"
     time_ = _duration(row["wall_time"]) + ("*" if row.get("reused_time") else "")
     return [row["method"], n, acc, delta, f"{row['tokens_per_item']:,.0f}", time_]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dspy_for.stats import bootstrap_interval, cohens_kappa, mean_with_ci, paired_comparison
+from dspy_for.stats import bootstrap_interval, cohens_kappa, format_p_value, mean_with_ci, paired_comparison
 
 if TYPE_CHECKING:
     from dspy_for.experiments.comparison import ComparisonResult
@@ -92,7 +92,7 @@ def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
         j = row["judge"]
         deltas = [
             f"{s.split('.')[-1]} {(100 if s == 'judged_accuracy' else 1) * j[s]['delta']:+.2f} "
-            f"(p={j[s]['p_value']:.2f})"
+            f"({format_p_value(j[s]['p_value'])})"
             for s in JUDGE_SCORES
             if s in j and "delta" in j[s]
         ]
