@@ -175,8 +175,8 @@ def smallest_resolvable_difference(n: int, alpha: float = 0.05) -> float | None:
 
 
 def format_p_value(p: float) -> str:
-    """A p-value as tables print it: ``p=0.03``, three decimals under 0.01 (so 0.0025 reads ``p=0.002``,
-    not ``p=0.00``), and ``p<0.001`` below that — never rounded to zero."""
+    """A p-value as tables print it: ``p<0.001``, three decimals under 0.1 (0.0025 reads ``p=0.002``, not
+    ``p=0.00``; 0.052 reads ``p=0.052``, not ``p=0.05``), two decimals above; never ``p=0``."""
     if p < 0.001:
         return "p<0.001"
-    return f"p={p:.3f}" if p < 0.01 else f"p={p:.2f}"
+    return f"p={p:.3f}" if p < 0.1 else f"p={p:.2f}"
