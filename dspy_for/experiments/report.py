@@ -223,16 +223,16 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
 
 
 def figures(result: ComparisonResult) -> dict[str, Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """The run's plots as matplotlib ``Figure`` objects made without pyplot, so none is kept open after its
+    caller drops it (a sweep makes them once per trial)."""
+    from matplotlib.figure import Figure
 
     figs: dict[str, Any] = {}
     for dataset, by_label in result.results.items():
         if not by_label:
             continue
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig = Figure(figsize=(6, 4))
+        ax = fig.subplots()
         for label, r in by_label.items():
             if not r.n_scored:  # nothing measured: no point on the plot
                 continue
@@ -255,13 +255,14 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
         figs[f"frontier_{dataset}.png"] = fig
         judged = judged_rows(result, dataset)
         if judged:
-            figs[f"judged_{dataset}.png"] = judge_figure(plt, dataset, judged)
+            figs[f"judged_{dataset}.png"] = judge_figure(dataset, judged)
         metric = metric_for(dataset)
         for label, r in by_label.items():
             if not any(i.answers_by_round for i in r.scored):
                 continue
             by_round = round_accuracy(r.scored, metric)
-            fig2, ax2 = plt.subplots(figsize=(5, 3.5))
+            fig2 = Figure(figsize=(5, 3.5))
+            ax2 = fig2.subplots()
             xs = list(range(len(by_round)))
             yerr = [[max(0.0, a - lo) for a, lo, _ in by_round], [max(0.0, hi - a) for a, _, hi in by_round]]
             ax2.errorbar(

@@ -124,9 +124,12 @@ def judged_rows(result: ComparisonResult, dataset: str) -> list[dict[str, Any]]:
     return [r for r in result.rows if r["dataset"] == dataset and "judge" in r]
 
 
-def judge_figure(plt: Any, dataset: str, rows: list[dict[str, Any]]) -> Any:
-    """The four judge scores per method (grouped bars, 95% CIs)."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+def judge_figure(dataset: str, rows: list[dict[str, Any]]) -> Any:
+    """The four judge scores per method (grouped bars, 95% CIs), a ``Figure`` made without pyplot."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     width = 0.8 / len(JUDGE_SCORES)
     for k, score in enumerate(JUDGE_SCORES):
         xs: list[float] = []

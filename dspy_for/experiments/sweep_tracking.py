@@ -112,6 +112,7 @@ def finish_parent(
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     import optuna
     from optuna.trial import TrialState
 
@@ -165,6 +166,7 @@ def finish_parent(
             path = Path(tmp) / name
             # `.figure` of a Figure is itself, of a SubFigure its root Figure (only a root Figure can be saved)
             fig.figure.savefig(path, dpi=110, bbox_inches="tight")
+            plt.close(fig.figure)  # Optuna draws with pyplot, which keeps every figure open until closed
             client.log_artifact(parent_run_id, str(path))
     client.set_terminated(parent_run_id, status=status)
 
