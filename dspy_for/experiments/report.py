@@ -224,7 +224,7 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
 
 def figures(result: ComparisonResult) -> dict[str, Any]:
     """The run's plots as matplotlib ``Figure`` objects made without pyplot, so none is kept open after its
-    caller drops it (a sweep makes them once per trial)."""
+    caller drops it (a script or notebook may call ``compare`` many times in one process)."""
     from matplotlib.figure import Figure
 
     figs: dict[str, Any] = {}

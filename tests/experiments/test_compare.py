@@ -63,15 +63,14 @@ def _write(tmp_path: Path, text: str = CONFIG) -> Path:
 
 
 def test_end_to_end_into_a_temporary_tracking_store(scripted, tmp_path):
-    from mlflow.tracking import MlflowClient
-
     import matplotlib.pyplot as plt
+    from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     open_figures = plt.get_fignums()
     result = compare(_write(tmp_path), tracking_uri=uri)
     assert set(result.results["gsm8k"]) == {"single", "cot", "for_n1"}
-    assert plt.get_fignums() == open_figures  # plots are saved and logged, none kept open (a sweep makes many)
+    assert plt.get_fignums() == open_figures  # plots are saved and logged, none kept open (compare may run often)
     assert result.results["gsm8k"]["cot"].accuracy == 0.25  # only the first sample problem's answer is 27
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("test")
