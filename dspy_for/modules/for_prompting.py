@@ -30,6 +30,7 @@ from dspy_for.modules import for_signatures as S
 from dspy_for.modules import trajectory as T
 from dspy_for.modules.adapters import FieldRecoveringChatAdapter
 from dspy_for.modules.guard import Violations, numbers_in, screen_questions, unused_numbers
+from dspy_for.modules.task_text import render_task
 
 __all__ = ["FORPrompting"]
 
@@ -116,7 +117,7 @@ class FORPrompting(dspy.Module):
     async def _debate(self, calls: T.Calls, inputs: dict[str, Any]) -> dspy.Prediction:
         """Algorithm 1, written once: ``forward`` runs it with plain predictor calls, ``aforward`` with ``acall``."""
         with track_usage() as usage:
-            d = _Debate(inputs, _render_task(self.signature, inputs), list(self.signature.output_fields))
+            d = _Debate(inputs, render_task(self.signature, inputs), list(self.signature.output_fields))
             d.answer = await self._answer(calls, d)  # A0 = Defender(Q)
             for r in range(1, self.rounds + 1):
                 if self._should_stop(d, usage):  # token budget / no_questions / stable
@@ -314,10 +315,6 @@ def _short(exc: Exception) -> str:
 
 def _fields(pred: Any, names: list[str]) -> dict[str, Any]:
     return {n: pred.get(n) if hasattr(pred, "get") else getattr(pred, n, None) for n in names}
-
-
-def _render_task(signature: type[dspy.Signature], inputs: dict[str, Any]) -> str:
-    return "\n".join(f"{name}: {inputs.get(name)}" for name in signature.input_fields)
 
 
 def _render_answer(answer: dict[str, Any]) -> str:

@@ -34,6 +34,7 @@ from dspy_for.metrics import numeric_match
 from dspy_for.modules import trajectory as T
 from dspy_for.modules.guard import numbers_in
 from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
+from dspy_for.modules.task_text import render_task
 
 __all__ = ["ProRefine", "clean_prompt", "export_program", "rejection_reason"]
 
@@ -206,14 +207,15 @@ class ProRefine(dspy.Module):
             fields = ("reasoning", *self.signature.output_fields)
             answer = "\n".join(f"{f}: {initial.get(f)}" for f in fields if f in initial)
             with role("verifier"):
-                verdict = await calls.predict(self.verifier, {"task": self._task_text(inputs), "answer": answer})
+                kwargs = {"task": render_task(self.signature, inputs), "answer": answer}
+                verdict = await calls.predict(self.verifier, kwargs)
             right = bool(verdict.correct)
         return initial if right else None
 
     async def _feedback(self, calls: T.Calls, prompt: str, inputs: dict[str, Any], output: _TaskOutput) -> Any:
         """f_i: the feedback role's critique of the partial output o_i (``feedback`` and ``is_correct``)."""
         with role("feedback"):
-            kwargs = {"task": self._task_text(inputs), "prompt": prompt, "partial_output": output["text"]}
+            kwargs = {"task": render_task(self.signature, inputs), "prompt": prompt, "partial_output": output["text"]}
             return await calls.predict(self.feedback, kwargs)
 
     async def _optimize(
@@ -235,7 +237,7 @@ class ProRefine(dspy.Module):
             kwargs = {"prompt": prompt, "feedback": str(fb.feedback), "history": history}
             proposed = clean_prompt((await calls.predict(self.optimizer, kwargs)).improved_prompt)
         rejected = rejection_reason(
-            proposed, prompt, task=self._task_text(inputs), feedback=str(fb.feedback), output=output["text"]
+            proposed, prompt, task=render_task(self.signature, inputs), feedback=str(fb.feedback), output=output["text"]
         )
         return {
             "step": i,
@@ -319,9 +321,6 @@ class ProRefine(dspy.Module):
             return await calls.predict(
                 self.task, {**inputs, "signature": self.task.signature.with_instructions(prompt)}
             )
-
-    def _task_text(self, inputs: dict[str, Any]) -> str:
-        return "\n".join(f"{name}: {inputs.get(name)}" for name in self.signature.input_fields)
 
     def export(
         self, prediction_or_prompt: dspy.Prediction | str, kind: Literal["cot", "predict"] = "cot"

@@ -7,8 +7,9 @@ import pytest
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import build_method
-from dspy_for.modules import ProRefine
+from dspy_for.modules import FORPrompting, ProRefine, for_prompting, prorefine
 from dspy_for.modules.prorefine import clean_prompt, rejection_reason
+from dspy_for.modules.task_text import render_task
 from dspy_for.testing import ScriptedLM, system_text, user_text
 
 Q = "Tom has 3 boxes of 12 apples. How many apples?"
@@ -274,3 +275,32 @@ def test_steps_have_the_typed_shape():
     dspy.configure(lm=ScriptedLM(responder(task_words=25)))
     pred = ProRefine("question -> answer: float", k=10, n=5)(question=Q)
     assert pred.trajectory and all(list(s) == list(get_type_hints(ProRefineStep)) for s in pred.trajectory)
+
+
+def test_prorefine_and_for_read_the_task_rendered_by_one_function_byte_for_byte():
+    """ProRefine's verifier and feedback and FOR's Debater get the user's inputs as one text, from one
+    function (it is part of pinned prompts): one ``name: value`` line per input field, in signature order."""
+    assert prorefine.render_task is render_task and for_prompting.render_task is render_task
+    sig = "context, question -> answer: float"
+    inputs = {"question": Q, "context": "Boxes hold 12."}
+    task = f"context: Boxes hold 12.\nquestion: {Q}"
+    assert render_task(dspy.Signature(sig), inputs) == task
+    assert render_task(dspy.Signature(sig), {"question": Q}) == f"context: None\nquestion: {Q}"
+
+    lm = ScriptedLM(responder(task_words=500, verifier_ok=False))
+    dspy.configure(lm=lm)
+    ProRefine(sig, k=10, n=1, verifier="llm")(**inputs)
+    by_role = {role_of(c["messages"]): user_text(c["messages"]) for c in lm.calls}
+    for r in ("verifier", "feedback"):
+        assert f"[[ ## task ## ]]\n{task}\n\n" in by_role[r]
+
+    def for_respond(messages, max_tokens):
+        if "You are the Debater" in system_text(messages):
+            return {"questions": []}
+        return {"reasoning": "3 * 12 = 36", "answer": "36"}
+
+    lm = ScriptedLM(for_respond)
+    dspy.configure(lm=lm)
+    FORPrompting(sig, rounds=1, host=False)(**inputs)
+    debater = next(c for c in lm.calls if "You are the Debater" in system_text(c["messages"]))
+    assert f"[[ ## task ## ]]\n{task}\n\n" in user_text(debater["messages"])
