@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dspy_for.modules.cascade import Cascade
 from dspy_for.modules.for_prompting import FORPrompting
 from dspy_for.modules.prorefine import ProRefine, export_program
 from dspy_for.modules.self_consistency import SelfConsistency
@@ -19,6 +20,7 @@ from dspy_for.modules.trajectory import (
 
 __all__ = [
     "AnswerFields",
+    "Cascade",
     "FORPrompting",
     "ForRole",
     "ForTurn",
