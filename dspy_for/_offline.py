@@ -18,7 +18,7 @@ version may be missing; dspy-for's budgets count tokens, not dollars). ``import 
 import litellm (DSPy loads it on first use), but every later import in the process — and every child
 process, e.g. sweep workers — then skips the download. Set ``LITELLM_LOCAL_MODEL_COST_MAP=False`` before
 importing dspy_for to get the remote map back. ``dspy-for ui`` adds the server-side settings of
-:data:`dspy_for.experiments.ui.UI_ENV`.
+:data:`dspy_for.experiments.tracking.ui.UI_ENV`.
 """
 
 from __future__ import annotations

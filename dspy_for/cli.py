@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,19 +10,18 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dspy_for.cli_common import console, fail, failed_run, print_whole, show_progress
+from dspy_for.cli_common import console, fail, failed_run, interrupted_exit, print_whole, show_progress
 from dspy_for.cli_models import models_app, serve
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
 from dspy_for.experiments.comparison import compare as run_compare
-from dspy_for.experiments.config import parse_role_lms
-from dspy_for.experiments.methods import build_method, get_method
-from dspy_for.experiments.report import error_lines, rich_tables
+from dspy_for.experiments.core.prepare import prepare_program
+from dspy_for.experiments.reports.table import error_lines, rich_tables
+from dspy_for.experiments.spec.config import Overrides, parse_value
 from dspy_for.experiments.sweeps import SweepError
-from dspy_for.experiments.sweeps import logger as sweep_logger
 from dspy_for.experiments.sweeps import sweep as run_sweep
-from dspy_for.experiments.ui import serve_ui
-from dspy_for.lm import check_lm_spec, make_lm, role, track_usage
+from dspy_for.experiments.tracking.ui import serve_ui
+from dspy_for.lm import role, track_usage
 from dspy_for.render import render_result
 
 app = typer.Typer(
@@ -51,43 +49,14 @@ DataDirOpt = Annotated[str | None, typer.Option(help="Directory with the upstrea
 TrackingUriOpt = Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")]
 
 
-_RUN_FLAGS = {
-    "lm": "lm",
-    "role_lm": "role_lms",
-    "lm_option": "lm_options",
-    "role_lm_option": "role_lm_options",
-    "judge_lm": "judge_lm",
-    "data_dir": "data_dir",
-    "tracking_uri": "tracking_uri",
-}
-
-
-def _run_overrides(flags: dict[str, Any]) -> dict[str, Any]:
-    """The shared run flags of a command (its arguments) as the library's override names; a repeatable flag
-    not given is None."""
-    return {
-        name: flags[flag] or None if isinstance(flags[flag], list) else flags[flag] for flag, name in _RUN_FLAGS.items()
-    }
-
-
-def _parse_value(text: str) -> Any:
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if text.lower() in ("none", "null"):
-        return None
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def _options(pairs: list[str] | None) -> dict[str, Any]:
+    """``--option KEY=VALUE`` pairs, each value read as TOML would (true, 3, 0.7, "text")."""
     out = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise DspyForError(f"`--option` takes KEY=VALUE (e.g. --option rounds=3), got {pair!r}.")
-        out[key.strip()] = _parse_value(value.strip())
+        out[key.strip()] = parse_value(value.strip())
     return out
 
 
@@ -99,7 +68,9 @@ def ask(
     question: Annotated[str | None, typer.Argument(help="The question (or use --sample N).")] = None,
     method: Annotated[str, typer.Option(help="Method from the registry: single, cot, for, prorefine, ...")] = "cot",
     lm: Annotated[str, typer.Option(help=LM_HELP)] = "local/qwen2.5-coder-1.5b",
-    role_lm: Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)] = None,
+    role_lm: RoleLmOpt = None,
+    lm_option: LmOptionOpt = None,
+    role_lm_option: RoleLmOptionOpt = None,
     option: Annotated[list[str] | None, typer.Option(help="Method option KEY=VALUE (repeatable).")] = None,
     rounds: Annotated[int | None, typer.Option(help="FOR-Prompting rounds N (same as --option rounds=N).")] = None,
     sample: Annotated[int | None, typer.Option(help="Ask problem N of the bundled GSM8K-style sample.")] = None,
@@ -120,17 +91,10 @@ def ask(
         opts = _options(option)
         if rounds is not None:
             opts["rounds"] = rounds
-
-        get_method(method).validate_options(opts)  # bad input fails before any LM is built or called
-        for spec in (lm, *parse_role_lms(role_lm or []).values()):
-            check_lm_spec(str(spec))
-        program = build_method(
-            method,
-            signature,
-            lm=make_lm(lm, max_tokens=max_tokens),
-            role_lms={r: make_lm(s, max_tokens=max_tokens) for r, s in parse_role_lms(role_lm or []).items()},
-            **opts,
+        overrides = Overrides(
+            lm=lm, role_lms=role_lm, lm_options=lm_option, role_lm_options=role_lm_option, max_tokens=max_tokens
         )
+        program = prepare_program(method, signature, opts, overrides)  # validated before any LM is built or called
         console.print(f"[bold]question:[/] {question}")
         with console.status(f"running {method} …"), track_usage() as usage, role("task"):
             pred = program(question=question)
@@ -168,23 +132,28 @@ def compare(
     ] = None,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
-    flags = dict(locals())
-
+    overrides = Overrides(
+        lm=lm,
+        role_lms=role_lm,
+        lm_options=lm_option,
+        role_lm_options=role_lm_option,
+        judge_lm=judge_lm,
+        data_dir=data_dir,
+        tracking_uri=tracking_uri,
+        dataset=dataset,
+        split=split,
+        limit=limit,
+        first=first,
+        methods=methods,
+        match_budget=match_budget,
+        autolog=autolog or None,
+        num_threads=threads,
+        results_dir=results_dir,
+    )
     show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
     try:
-        result = run_compare(
-            config,
-            dataset=dataset,
-            split=split,
-            limit=limit,
-            first=first,
-            methods=methods,
-            match_budget=match_budget,
-            autolog=autolog or None,
-            num_threads=threads,
-            results_dir=results_dir,
-            **_run_overrides(flags),
-        )
+        with interrupted_exit():
+            result = run_compare(config, overrides)
     except DspyForError as exc:
         fail(exc)
         return
@@ -223,24 +192,24 @@ def sweep(
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
-    flags = dict(locals())
-
-    show_progress(
-        sweep_logger.name, "dspy_for.optimizers", "dspy_for.experiments"
-    )  # a line per chunk, finished trial, compile step
+    overrides = Overrides(
+        lm=lm,
+        role_lms=role_lm,
+        lm_options=lm_option,
+        role_lm_options=role_lm_option,
+        judge_lm=judge_lm,
+        data_dir=data_dir,
+        tracking_uri=tracking_uri,
+        n_trials=n_trials,
+        storage=storage,
+        study=study,
+        limit=limit,
+        first=first,
+    )
+    show_progress("dspy_for.sweep", "dspy_for.optimizers", "dspy_for.experiments")  # chunks, trials, compile steps
     try:
-        result = run_sweep(
-            config,
-            workers=workers,
-            final_test=final_test,
-            timeout=timeout,
-            n_trials=n_trials,
-            storage=storage,
-            study=study,
-            limit=limit,
-            first=first,
-            **_run_overrides(flags),
-        )
+        with interrupted_exit():
+            result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, overrides=overrides)
     except SweepError as exc:
         failed_run([str(exc)], "The sweep stopped.")
         return

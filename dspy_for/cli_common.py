@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import typer
 from rich.console import Console
@@ -11,7 +13,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-__all__ = ["console", "fail", "failed_run", "print_whole", "show_progress"]
+__all__ = ["console", "fail", "failed_run", "interrupted_exit", "print_whole", "show_progress"]
 
 console = Console()
 
@@ -50,3 +52,19 @@ def show_progress(*names: str) -> None:
         if not log.handlers:
             log.addHandler(RichHandler(console=console, show_path=False))
             log.setLevel(logging.INFO)
+
+
+@contextmanager
+def interrupted_exit() -> Iterator[None]:
+    """Ctrl-C or SIGTERM during a run: say what was kept and exit 130 (SIGINT) or 143 (SIGTERM), as a shell would.
+    The run itself has already closed every MLflow run it had open (KILLED) and kept every finished item."""
+    from dspy_for.experiments.core import RunInterrupted
+
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        console.print(
+            "[bold yellow]interrupted:[/] finished items are kept; run the same command again to resume "
+            "(finished items are not run again)."
+        )
+        raise typer.Exit(code=143 if isinstance(exc, RunInterrupted) else 130) from None

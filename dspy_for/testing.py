@@ -2,18 +2,23 @@
 
 :class:`ScriptedLM` answers each call with a function of the messages, like a real LM behind DSPy's
 adapters: it reports token usage (whitespace words), honours ``max_tokens`` (truncating and reporting
-``finish_reason="length"``), records every call in ``calls``, and works with
-:func:`dspy_for.track_usage` (which records every LM's calls) and, with ``cache=True``, with DSPy's cache.
+``finish_reason="length"``), records every call in ``calls``, takes ``delay`` seconds per call when asked (to
+test timing), and works with :func:`dspy_for.track_usage` (which records every LM's calls) and, with
+``cache=True``, with DSPy's cache (a cache hit takes no delay: the LM is not called).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
+
+from dspy_for.errors import ConfigError
 
 __all__ = ["Responder", "ScriptedLM", "system_text", "user_text"]
 
@@ -29,16 +34,22 @@ def user_text(messages: list[dict[str, Any]]) -> str:
     return str(messages[-1].get("content", "")) if messages else ""
 
 
+def _request_messages(request: Any) -> list[dict[str, Any]]:
+    msgs = []
+    if request.system is not None:
+        system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
+        msgs.append({"role": "system", "content": system})
+    msgs.extend({"role": m.role, "content": m.text or ""} for m in request.messages)
+    return msgs
+
+
 class _ScriptedEngine(DummyEngine):
     complete_legacy = None  # use DSPy's canonical request path (the legacy shortcut is deprecated)
 
     def complete(self, request: Any) -> Response:
-        msgs = []
-        if request.system is not None:
-            system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
-            msgs.append({"role": "system", "content": system})
-        msgs.extend({"role": m.role, "content": m.text or ""} for m in request.messages)
-        return self._respond(msgs, getattr(request.config, "max_tokens", None))
+        if self.owner.delay:
+            time.sleep(self.owner.delay)
+        return self._respond(_request_messages(request), getattr(request.config, "max_tokens", None))
 
     def _respond(self, messages: list[dict[str, Any]], max_tokens: int | None) -> Response:
         owner: ScriptedLM = self.owner
@@ -63,18 +74,29 @@ class _ScriptedEngine(DummyEngine):
 class _AsyncScriptedEngine(AsyncDummyEngine):
     complete_legacy = None
 
+    async def complete(self, request: Any) -> Response:
+        sync: _ScriptedEngine = self.sync
+        if sync.owner.delay:
+            await asyncio.sleep(sync.owner.delay)  # other tasks run meanwhile, as with a real server
+        return sync._respond(_request_messages(request), getattr(request.config, "max_tokens", None))
+
 
 class ScriptedLM(DummyLM):
-    """A deterministic LM driven by ``responder(messages, max_tokens)``.
+    """A deterministic LM driven by ``responder(messages, max_tokens)``; each call takes ``delay`` seconds (0: none).
 
     Example::
 
         lm = ScriptedLM(lambda msgs, max_tokens: {"reasoning": "2+2=4", "answer": "4"})
     """
 
-    def __init__(self, responder: Responder, *, cache: bool = False, model: str = "scripted") -> None:
+    def __init__(
+        self, responder: Responder, *, cache: bool = False, model: str = "scripted", delay: float = 0.0
+    ) -> None:
+        if delay < 0:
+            raise ConfigError(f"`delay` is the seconds each call takes: pass 0 or more (got {delay}).")
         super().__init__([])
         self.model = model
+        self.delay = delay
         self.responder = responder
         self.calls: list[dict[str, Any]] = []
         self.cache = cache

@@ -56,8 +56,8 @@ def test_first_flag_reaches_the_library_call(monkeypatch, command):
 
     seen = {}
 
-    def fake(config, **overrides):
-        seen.update(overrides)
+    def fake(config, overrides=None, **kwargs):
+        seen.update(first=(overrides or kwargs.get("overrides")).first)
         raise ConfigError("stop here")
 
     monkeypatch.setattr(cli, "run_compare" if command == "compare" else "run_sweep", fake)

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import dspy
 import pytest
+from dspy.utils import DummyLM
 
-from dspy_for.lm.usage import RecordingDummyLM, track_usage
+from dspy_for.lm.usage import track_usage
 from dspy_for.metrics import (
     JudgeMatch,
     QualityJudge,
@@ -100,12 +101,12 @@ def test_judge_match_uses_judge_and_falls_back():
     ex = dspy.Example(question="2+2?", answer=4.0)
     pred = dspy.Prediction(answer="four")
     assert JudgeMatch(None).judge(ex, pred) == (False, "rule")
-    judge = RecordingDummyLM([{"match": "True"}])
+    judge = DummyLM([{"match": "True"}])
     with track_usage() as usage:
         assert JudgeMatch(judge).judge(ex, pred) == (True, "judge")
     assert usage["judge"].calls == 1
 
-    class Broken(RecordingDummyLM):
+    class Broken(DummyLM):
         def __call__(self, *a, **k):
             raise RuntimeError("judge down")
 
@@ -113,7 +114,7 @@ def test_judge_match_uses_judge_and_falls_back():
 
 
 def test_quality_judge_scores_are_clipped():
-    lm = RecordingDummyLM([{"score": "1.7"}, {"score": "0.4"}])
+    lm = DummyLM([{"score": "1.7"}, {"score": "0.4"}])
     judge = QualityJudge("reasoning", lm)
     ex = dspy.Example(question="q")
     assert judge(ex, dspy.Prediction(reasoning="r", answer="a")) == 1.0

@@ -1,17 +1,19 @@
 """MLflow internals dspy-for relies on, behind one small surface (MLflow >=3.5,<4).
 
-Traces (written in bulk by :mod:`dspy_for.experiments.tracing`, not through MLflow's span exporter):
+Traces (written by :mod:`dspy_for.experiments.tracking.traces` as each item lands, two store calls per trace, not
+through MLflow's span exporter):
 
 - :func:`tracing_client`, :func:`start_trace`, :func:`log_spans` — ``mlflow.tracing.client.TracingClient`` and
-  its ``start_trace`` / ``log_spans`` (a trace's info with its assessments in one call, many traces' spans in one);
+  its ``start_trace`` / ``log_spans`` (a trace's info with its assessments in one call, its spans in one);
 - :func:`upload_spans` — ``TracingClient._upload_trace_data``: spans as an artifact, for stores without ``log_spans``;
 - :func:`start_live_span` — ``mlflow.entities.LiveSpan(otel_span, trace_id, span_type)`` over an OpenTelemetry
   tracer of our own (not the global one), ``mlflow.tracing.utils.generate_trace_id_v3`` for a root's trace id and
   ``LiveSpan._span`` (the OpenTelemetry span) as a child's parent context;
+- :func:`new_trace_id` — ``generate_trace_id_v3`` for a trace without spans;
 - :func:`end_live_span`, :func:`finished_span` — ``LiveSpan.end`` / ``LiveSpan.to_immutable_span`` (``:meta private:``);
 - :func:`trace_metadata` — ``mlflow.tracing.constant.TraceMetadataKey`` / ``TRACE_SCHEMA_VERSION(_KEY)``;
-- :data:`CHAT_USAGE`, :data:`ASSESSMENT_RUN`, :data:`TRACE_NAME`, :data:`DATASET_CONTEXT` — MLflow's key names,
-  checked against its constants by :func:`check_supported`.
+- :data:`CHAT_USAGE`, :data:`LLM_MODEL`, :data:`ASSESSMENT_RUN`, :data:`TRACE_NAME`, :data:`DATASET_CONTEXT` —
+  MLflow's key names, checked against its constants by :func:`check_supported`.
 
 Datasets, runs, autolog masking:
 
@@ -45,6 +47,7 @@ __all__ = [
     "ASSESSMENT_RUN",
     "CHAT_USAGE",
     "DATASET_CONTEXT",
+    "LLM_MODEL",
     "SUPPORTED",
     "TRACE_NAME",
     "active_experiment_id",
@@ -55,6 +58,7 @@ __all__ = [
     "examples_source",
     "finished_span",
     "log_spans",
+    "new_trace_id",
     "remove_span_processor",
     "replace_span_events",
     "span_processors",
@@ -68,6 +72,7 @@ __all__ = [
 SUPPORTED = "mlflow>=3.5,<4"
 
 CHAT_USAGE = "mlflow.chat.tokenUsage"  # span attribute MLflow sums into a trace's token usage
+LLM_MODEL = "mlflow.llm.model"  # span attribute: the model an LM span called (the store indexes it)
 ASSESSMENT_RUN = "mlflow.assessment.sourceRunId"  # assessment metadata: the run that produced it
 TRACE_NAME = "mlflow.traceName"  # trace tag: the name the UI lists a trace under
 DATASET_CONTEXT = "mlflow.data.context"  # dataset input tag: "training", "evaluation", "test", ...
@@ -97,6 +102,7 @@ _INTERNALS: tuple[tuple[str, str], ...] = (
 # our key names == MLflow's constants
 _KEYS: tuple[tuple[str, str, str], ...] = (
     ("mlflow.tracing.constant", "SpanAttributeKey.CHAT_USAGE", CHAT_USAGE),
+    ("mlflow.tracing.constant", "SpanAttributeKey.MODEL", LLM_MODEL),
     ("mlflow.tracing.constant", "AssessmentMetadataKey.SOURCE_RUN_ID", ASSESSMENT_RUN),
     ("mlflow.tracing.constant", "TraceTagKey.TRACE_NAME", TRACE_NAME),
     ("mlflow.utils.mlflow_tags", "MLFLOW_DATASET_CONTEXT", DATASET_CONTEXT),
@@ -152,7 +158,7 @@ def start_trace(client: Any, info: TraceInfo) -> TraceInfo:
 
 
 def log_spans(client: Any, experiment_id: str, spans: list[Span]) -> None:
-    """Store the finished spans of many traces in one call (raises on a store without span support)."""
+    """Store finished spans (of one trace or many) in one call (raises on a store without span support)."""
     client.log_spans(experiment_id, spans)
 
 
@@ -186,6 +192,14 @@ def start_live_span(name: str, *, start_ns: int, span_type: str, parent: LiveSpa
     parent_otel: Any = parent._span
     context = otel.set_span_in_context(parent_otel)
     return LiveSpan(_tracer().start_span(name, context=context, start_time=start_ns), parent.trace_id, span_type)
+
+
+def new_trace_id() -> str:
+    """A new MLflow trace id (``tr-…``), for a trace written without spans."""
+    from mlflow.tracing.utils import generate_trace_id_v3
+    from opentelemetry.context import Context
+
+    return generate_trace_id_v3(_tracer().start_span("dspy_for.trace_id", context=Context()))
 
 
 def end_live_span(span: LiveSpan, *, outputs: Any, status: str | None, end_ns: int) -> None:

@@ -2,24 +2,38 @@
 here, imported lazily).
 
 ``dspy_for.experiments.compare(config, **overrides)`` and ``dspy_for.experiments.sweep(config, **overrides)``
-are the library calls behind ``dspy-for compare`` and ``dspy-for sweep``; both run every item through
-:func:`~dspy_for.experiments.run.prepare_run` and :func:`~dspy_for.experiments.run.evaluate`.
+are the library calls behind ``dspy-for compare`` and ``dspy-for sweep``. Both — and ``ask``, the sweep's final
+test and the measurement scripts — prepare each method with :func:`prepare_run` and stream its items through the
+run core (:func:`evaluate` / :class:`Evaluation`), whose records land in sinks as they finish; :func:`summarize`
+is the one record-to-summary function every table, MLflow run and sweep objective reads.
+
+Layout: :mod:`.spec` (the typed run specification and config parsing) · :mod:`.methods` (the registry) ·
+:mod:`.core` (prepare, evaluate, records, results store, summary) · :mod:`.tracking` (MLflow runs, traces, UI) ·
+:mod:`.reports` (tables and plots, pure functions of results) · :mod:`.comparison` · :mod:`.sweeps`.
 """
 
 from __future__ import annotations
 
 from dspy_for.experiments.comparison import ComparisonResult, compare
-from dspy_for.experiments.config import load_spec
+from dspy_for.experiments.core import (
+    Evaluation,
+    ItemResult,
+    MethodResult,
+    PreparedRun,
+    ResultStore,
+    evaluate,
+    load_examples,
+    prepare_run,
+)
+from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.methods import MethodSpec, build_method, get_method, list_methods, register_method
-from dspy_for.experiments.records import ItemResult, MethodResult, ResultStore
-from dspy_for.experiments.run import PreparedRun, evaluate, load_examples, prepare_run
-from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec
-from dspy_for.experiments.sweep_spec import SweepSpec, load_sweep_spec
-from dspy_for.experiments.sweeps import SweepResult, sweep
+from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_spec
+from dspy_for.experiments.sweeps import SweepResult, SweepSpec, load_sweep_spec, sweep
 
 __all__ = [
     "ComparisonResult",
     "DatasetConfig",
+    "Evaluation",
     "ExperimentSpec",
     "ItemResult",
     "MethodConfig",
@@ -28,6 +42,7 @@ __all__ = [
     "PreparedRun",
     "ResultStore",
     "RunSpec",
+    "Summary",
     "SweepResult",
     "SweepSpec",
     "build_method",
@@ -40,5 +55,6 @@ __all__ = [
     "load_sweep_spec",
     "prepare_run",
     "register_method",
+    "summarize",
     "sweep",
 ]

@@ -1,9 +1,10 @@
 """The DSPy callback that records LM calls, and :func:`track_usage`, which opens a collector and installs it.
 
-Per call (``on_lm_start`` → ``on_lm_end``) it finds the role, the billed usage (a per-call probe standing in
-for ``dspy.settings.usage_tracker``), DSPy's history entry (finish reason; a cache hit's original tokens) and
-records one :class:`~dspy_for.lm.usage_records.CallRecord` into every open collector. The full account is
-in :mod:`dspy_for.lm.usage`.
+Per call (``on_lm_start`` → ``on_lm_end``) it finds the role, the call's start and end (Unix time, as it happens),
+what it sent and returned, the billed usage (a per-call probe standing in for ``dspy.settings.usage_tracker``),
+DSPy's history entry (finish reason; a cache hit's original tokens) and records one
+:class:`~dspy_for.lm.usage_records.CallRecord` into every open collector. The full account is in
+:mod:`dspy_for.lm.usage`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dspy.utils.callback import BaseCallback
 
 from dspy_for.compat.dspy import find_history_entry, original_usage
 from dspy_for.lm.roles import current_role
-from dspy_for.lm.usage_records import CallRecord, Usage, UsageWarning
+from dspy_for.lm.usage_records import CONTENT_WINDOW, CallContent, CallRecord, Usage, UsageWarning
 
 __all__ = ["finish_reason_of", "track_usage"]
 
@@ -62,7 +63,9 @@ class _Pending:
     probe: _Probe
     context: AbstractContextManager[None]
     token: contextvars.Token[str | None]
-    start: float
+    start: float  # time.perf_counter()
+    started_at: float  # time.time()
+    sent: dict[str, Any]
 
 
 #: the id of the LM call being recorded in this context: LM calls nested inside it are not counted again
@@ -88,7 +91,11 @@ class _UsageRecorder(BaseCallback):
         context = dspy.context(usage_tracker=probe)
         context.__enter__()
         token = _ACTIVE_CALL.set(call_id)
-        pending = _Pending(instance, current_role(), tuple(collectors), probe, context, token, time.perf_counter())
+        # what DSPy passed: prompt or messages, and the call's kwargs (references, not copies: DSPy builds them anew)
+        sent = {k: v for k, v in inputs.items() if v is not None and not (k == "kwargs" and not v)}
+        pending = _Pending(
+            instance, current_role(), tuple(collectors), probe, context, token, time.perf_counter(), time.time(), sent
+        )
         with self._lock:
             self._pending[call_id] = pending
 
@@ -97,14 +104,14 @@ class _UsageRecorder(BaseCallback):
             pending = self._pending.pop(call_id, None)
         if pending is None:
             return
-        wall = time.perf_counter() - pending.start
+        wall, ended_at = time.perf_counter() - pending.start, time.time()
         # on_lm_end runs where on_lm_start ran (DSPy's wrapper calls both around the call), so these resets
         # cannot fail; if a caller ever drove them apart, recording the call still matters more
         with contextlib.suppress(ValueError, RuntimeError):
             _ACTIVE_CALL.reset(pending.token)
         with contextlib.suppress(ValueError, RuntimeError):
             pending.context.__exit__(None, None, None)
-        call, missing = _call_record(pending, outputs, exception, wall)
+        call, missing = _call_record(pending, outputs, exception, wall, ended_at)
         for usage in pending.collectors:
             usage.record(call)
         if missing:
@@ -161,7 +168,7 @@ def finish_reason_of(response: Any) -> str | None:
 
 
 def _call_record(
-    pending: _Pending, outputs: Any, exception: BaseException | None, wall: float
+    pending: _Pending, outputs: Any, exception: BaseException | None, wall: float, ended_at: float
 ) -> tuple[CallRecord, list[str]]:
     """The record of one finished call, and what the LM failed to report (for the once-per-model warning)."""
     lm = pending.lm
@@ -200,6 +207,13 @@ def _call_record(
         wall_time=wall,
         ok=ok,
         error=None if exception is None else type(exception).__name__,
+        started_at=pending.started_at,
+        ended_at=ended_at,
+        content=CallContent(
+            sent=pending.sent,
+            returned=outputs if ok else None,
+            error=None if exception is None else str(exception),
+        ),
     )
     return call, missing
 
@@ -224,9 +238,12 @@ def _warn_once(model: str, missing: list[str]) -> None:
 
 
 @contextmanager
-def track_usage() -> Iterator[Usage]:
-    """Collect every LM call made inside the block (and in DSPy worker threads it starts)."""
-    usage = Usage()
+def track_usage(*, content_window: int | None = CONTENT_WINDOW) -> Iterator[Usage]:
+    """Collect every LM call made inside the block (and in DSPy worker threads it starts).
+
+    ``content_window``: how many of the most recent calls keep what they sent and returned (``CallRecord.content``;
+    None: every call, 0: none) — see :class:`~dspy_for.lm.usage_records.Usage`."""
+    usage = Usage(content_window=content_window)
     collectors = (*(dspy.settings.get(_COLLECTORS_KEY) or ()), usage)
     callbacks = list(dspy.settings.get("callbacks") or [])
     if not any(cb is _RECORDER for cb in callbacks):

@@ -13,10 +13,12 @@ How it works:
   grand total are both exact.
 * Per call (``on_lm_start`` → ``on_lm_end``, matched by DSPy's per-call id, in the caller's own thread
   or task, so threads sharing one LM and ``acall`` are exact): the role and collectors in force at the
-  start; the billed usage DSPy reports to ``dspy.settings.usage_tracker`` during the call (a per-call
-  probe; none is reported for a cache hit); and DSPy's history entry for the call (found in
-  ``lm.history`` by the identity of the returned outputs) for the finish reason and, on a cache hit,
-  the original call's tokens (kept by the cache :func:`dspy_for.lm.configure_cache` installs).
+  start; the call's start and end (Unix time) and what it sent and returned (in memory only, for traces;
+  a collector keeps that for its last ``content_window`` calls); the billed usage DSPy reports to
+  ``dspy.settings.usage_tracker`` during the call (a per-call probe; none is reported for a cache hit);
+  and DSPy's history entry for the call (found in ``lm.history`` by the identity of the returned
+  outputs) for the finish reason and, on a cache hit, the original call's tokens (kept by the cache
+  :func:`dspy_for.lm.configure_cache` installs).
 * :func:`role` names the role of the calls made inside it; modules wrap each role predictor call.
 
 Example::
@@ -32,36 +34,20 @@ re-exports them all.
 
 from __future__ import annotations
 
-from dspy.utils.dummies import DummyLM
-
 from dspy_for.lm.recorder import finish_reason_of, track_usage
 from dspy_for.lm.roles import DEFAULT_ROLE, current_role, role
-from dspy_for.lm.usage_records import CallRecord, RoleUsage, Usage, UsageWarning
+from dspy_for.lm.usage_records import CONTENT_WINDOW, CallContent, CallRecord, RoleUsage, Usage, UsageWarning
 
 __all__ = [
+    "CONTENT_WINDOW",
     "DEFAULT_ROLE",
+    "CallContent",
     "CallRecord",
-    "RecordingDummyLM",
     "RoleUsage",
     "Usage",
-    "UsageRecordingMixin",
     "UsageWarning",
     "current_role",
     "finish_reason_of",
     "role",
     "track_usage",
 ]
-
-
-class UsageRecordingMixin:
-    """Kept for compatibility: usage is now recorded for every ``dspy.BaseLM`` by :func:`track_usage`.
-
-    Mixing it in changes nothing.
-    """
-
-
-class RecordingDummyLM(DummyLM):
-    """``dspy.utils.DummyLM`` (every LM's calls are recorded by :func:`track_usage`; the name is kept).
-
-    DummyLM reports 0 tokens, so token counters stay 0; calls, cache hits and roles count.
-    """

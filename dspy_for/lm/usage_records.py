@@ -1,5 +1,6 @@
-"""The usage data: counters per role (:class:`RoleUsage`), one LM call (:class:`CallRecord`), a collector
-(:class:`Usage`), and the warning issued when an LM reports no usage or finish reason (:class:`UsageWarning`).
+"""The usage data: counters per role (:class:`RoleUsage`), one LM call (:class:`CallRecord`) and what it sent
+and returned (:class:`CallContent`), a collector (:class:`Usage`), and the warning issued when an LM reports no
+usage or finish reason (:class:`UsageWarning`).
 
 How calls get recorded into a :class:`Usage` is in :mod:`dspy_for.lm.recorder`.
 """
@@ -8,9 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
-__all__ = ["CallRecord", "RoleUsage", "Usage", "UsageWarning"]
+__all__ = ["CONTENT_WINDOW", "CallContent", "CallRecord", "RoleUsage", "Usage", "UsageWarning"]
+
+#: a collector keeps what was sent and returned for its most recent calls only (older calls keep their counters
+#: and times): a collector held across a long run (an optimizer's compile, a whole comparison) stays bounded
+CONTENT_WINDOW = 1000
 
 
 @dataclass
@@ -52,8 +58,24 @@ class RoleUsage:
 
 
 @dataclass(frozen=True)
+class CallContent:
+    """What one LM call sent and returned, as DSPy handed them to its callbacks (kept in memory only, never in a
+    results file; may hold secrets an endpoint echoed: mask before writing it anywhere)."""
+
+    sent: dict[str, Any]  # ``messages`` (chat) or ``prompt``, and the call's own keyword arguments (``kwargs``)
+    returned: Any = None  # the LM's outputs (a list of completions); None when the call failed
+    error: str | None = None  # the exception's message when the call failed
+
+
+@dataclass(frozen=True)
 class CallRecord:
-    """One LM call as seen by the usage layer (``error``: the exception's class name when not ``ok``)."""
+    """One LM call as seen by the usage layer (``error``: the exception's class name when not ``ok``).
+
+    ``started_at`` / ``ended_at``: Unix times (``time.time()``, seconds) at DSPy's ``on_lm_start`` and ``on_lm_end``
+    (None for a record made by hand); ``wall_time`` is the same interval on the monotonic clock. ``content``: what
+    the call sent and returned, in memory only (:meth:`Usage.to_dict` never holds it; a collector keeps it for
+    its last :data:`CONTENT_WINDOW` calls); None when dropped or not recorded.
+    """
 
     role: str
     model: str
@@ -64,14 +86,26 @@ class CallRecord:
     wall_time: float
     ok: bool = True
     error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    content: CallContent | None = field(default=None, compare=False, repr=False)
+
+    def without_content(self) -> CallRecord:
+        return self if self.content is None else replace(self, content=None)
 
 
 @dataclass
 class Usage:
-    """Usage per role, plus the list of individual calls. Thread-safe to record into."""
+    """Usage per role, plus the list of individual calls. Thread-safe to record into.
+
+    ``content_window``: how many of the most recent calls keep their :class:`CallContent` (None: all, 0: none);
+    an older call's record is replaced by one without it, so memory stays bounded however long the collector
+    lives. The records of calls still in the window are shared with the other collectors that saw them.
+    """
 
     roles: dict[str, RoleUsage] = field(default_factory=dict)
     calls: list[CallRecord] = field(default_factory=list)
+    content_window: int | None = CONTENT_WINDOW
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, call: CallRecord) -> None:
@@ -87,6 +121,7 @@ class Usage:
                 r.prompt_tokens += call.prompt_tokens
                 r.completion_tokens += call.completion_tokens
             self.calls.append(call)
+            self._drop_old_content(1)
 
     @property
     def total(self) -> RoleUsage:
@@ -104,7 +139,16 @@ class Usage:
             for name, r in other.roles.items():
                 self.roles.setdefault(name, RoleUsage()).add(r)
             self.calls.extend(other.calls)
+            self._drop_old_content(len(other.calls))
         return self
+
+    def _drop_old_content(self, added: int) -> None:
+        """The content of the calls that the last ``added`` records pushed out of the window (lock held)."""
+        if self.content_window is None:
+            return
+        end = len(self.calls) - self.content_window
+        for i in range(max(0, end - added), max(0, end)):
+            self.calls[i] = self.calls[i].without_content()
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         """JSON-serialisable: ``{role: counters, ..., "total": counters}``."""

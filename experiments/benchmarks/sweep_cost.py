@@ -4,7 +4,7 @@ A FOR run with N rounds is a prefix of the run with N + 1 rounds (the round prom
 so a sweep over N ∈ {0, 1, 2, 3} should spend about what the single N = 3 run spends: every trial after
 the first only pays for the rounds (and the Host call) it does not share with an earlier trial.
 
-Each scenario runs the real sweep machinery (``dspy_for.experiments.sweeps`` with the trials enqueued in
+Each scenario runs the real sweep machinery (``dspy_for.experiments.sweeps.sweep`` with the trials enqueued in
 the given order, default objective, journal storage, MLflow tracking) in a fresh directory with a fresh,
 empty DSPy cache, and sums the tokens actually sent to the LM (``Usage.total.tokens``: cache hits are
 counted apart as ``cached_tokens``).
@@ -93,7 +93,7 @@ def run_scenario(order: list[int], args: argparse.Namespace, host: bool) -> dict
     from dspy.clients.cache import Cache
 
     import dspy_for.lm as lm_pkg
-    from dspy_for.experiments.sweeps import sweep
+    from dspy_for.experiments.sweeps.sweep import sweep
 
     with tempfile.TemporaryDirectory(prefix="sweep-cost-") as tmp:
         os.chdir(tmp)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from dspy_for.cli import app
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, compare, sweep
-from dspy_for.experiments.records import ResultStore
+from dspy_for.experiments.core import ResultStore
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,7 +222,7 @@ def _sweep_cfg(tmp_path: Path, url: str, study: str = "s", low: int = 0) -> Path
 
 
 def test_a_sweep_whose_trials_all_fail_stops_and_resumes_them(fault_server, tmp_path, monkeypatch):
-    from dspy_for.experiments.sweeps import SweepError
+    from dspy_for.experiments.sweeps.sweep import SweepError
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-unused-by-the-test-server")

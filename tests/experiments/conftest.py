@@ -8,7 +8,7 @@ import dspy
 import pytest
 from dspy.clients.cache import Cache
 
-import dspy_for.experiments.run as run_mod
+import dspy_for.experiments.core.prepare as run_mod
 from dspy_for.testing import Responder, ScriptedLM
 
 

@@ -26,6 +26,8 @@ def test_the_installed_mlflow_is_supported():
     meta = compat.trace_metadata(inputs="{}", outputs="", token_usage=None, source_run="r1")
     assert meta["mlflow.sourceRun"] == "r1" and meta["mlflow.trace_schema.version"] == "3"
     assert compat.examples_source("bundled sample", "gsm8k", "test").to_dict()["split"] == "test"
+    first, second = compat.new_trace_id(), compat.new_trace_id()
+    assert re.fullmatch(r"tr-[0-9a-f]{32}", first) and first != second
 
 
 @pytest.mark.parametrize(
@@ -50,15 +52,16 @@ def test_a_private_method_gone_is_refused(monkeypatch):
         compat.check_supported()
 
 
-def test_a_renamed_key_is_refused(monkeypatch):
+@pytest.mark.parametrize(("key", "renamed"), [("CHAT_USAGE", "mlflow.chat.usage"), ("MODEL", "mlflow.model")])
+def test_a_renamed_key_is_refused(monkeypatch, key, renamed):
     from mlflow.tracing.constant import SpanAttributeKey
 
-    monkeypatch.setattr(SpanAttributeKey, "CHAT_USAGE", "mlflow.chat.usage")
-    with pytest.raises(MissingDependencyError, match=rf"SpanAttributeKey\.CHAT_USAGE.*{PIP}"):
+    monkeypatch.setattr(SpanAttributeKey, key, renamed)
+    with pytest.raises(MissingDependencyError, match=rf"SpanAttributeKey\.{key}.*{PIP}"):
         compat.check_supported()
 
 
 def test_importing_dspy_for_does_not_import_mlflow():
-    code = "import sys, dspy_for, dspy_for.compat.mlflow, dspy_for.experiments.tracing; print('mlflow' in sys.modules)"
+    code = "import sys, dspy_for, dspy_for.compat.mlflow, dspy_for.experiments.tracking.traces; print('mlflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

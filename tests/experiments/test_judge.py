@@ -8,8 +8,8 @@ import pytest
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
-from dspy_for.experiments.report import table_text
-from dspy_for.experiments.sweeps import load_sweep_spec, sweep
+from dspy_for.experiments.reports.table import table_text
+from dspy_for.experiments.sweeps.sweep import load_sweep_spec, sweep
 from dspy_for.stats import cohens_kappa
 from dspy_for.testing import system_text, user_text
 
@@ -128,7 +128,7 @@ def test_a_judge_added_later_grades_stored_items_without_rerunning_the_method(sc
 
 
 def test_judge_lm_flag_and_bad_judge_configs(tmp_path):
-    from dspy_for.experiments.config import load_spec
+    from dspy_for.experiments.spec.config import load_spec
 
     spec = load_spec(
         _write(tmp_path, CONFIG.replace('[judge]\nlm = "openai/judge-model"\n', "")), judge_lm="openai/other-judge"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dspy_for.experiments.methods import build_method
-from dspy_for.experiments.spec import prompts_fingerprint
+from dspy_for.experiments.spec.model import prompts_fingerprint
 
 
 def _run_key(spec, dataset, method) -> str:
@@ -119,8 +119,8 @@ COMMITTED = {
 
 @pytest.mark.parametrize(("role_lm", "dataset"), list(COMMITTED))
 def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
-    from dspy_for.experiments.config import load_spec
-    from dspy_for.experiments.records import ResultStore
+    from dspy_for.experiments.spec.config import load_spec
+    from dspy_for.experiments.core import ResultStore
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments/prorefine_measure.toml", role_lms=[role_lm] if role_lm else None)
@@ -148,8 +148,8 @@ COMMITTED_FOR = {
 
 def test_committed_for_results_are_found_by_the_run_path():
     from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
-    from dspy_for.experiments.config import load_spec
-    from dspy_for.experiments.records import ResultStore
+    from dspy_for.experiments.spec.config import load_spec
+    from dspy_for.experiments.core import ResultStore
 
     root = Path(__file__).resolve().parents[2]
     d = DatasetConfig("gsm8k", "val", first=50)
@@ -196,8 +196,8 @@ COMMITTED_FOR_CONFIGS = {
 
 @pytest.mark.parametrize("config_name", list(COMMITTED_FOR_CONFIGS))
 def test_committed_results_of_the_issue_18_configs_are_found_by_the_run_path(config_name):
-    from dspy_for.experiments.config import load_spec
-    from dspy_for.experiments.records import ResultStore
+    from dspy_for.experiments.spec.config import load_spec
+    from dspy_for.experiments.core import ResultStore
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments" / config_name, first=50)
@@ -223,9 +223,9 @@ COMMITTED_MATCHED = {
 @pytest.mark.parametrize(("label", "first"), list(COMMITTED_MATCHED))
 def test_committed_matched_budget_baselines_are_found_by_the_run_path(label, first):
     from dspy_for.experiments.comparison import _matched_budget
-    from dspy_for.experiments.config import load_spec
-    from dspy_for.experiments.records import MethodResult, ResultStore
-    from dspy_for.experiments.run import with_options
+    from dspy_for.experiments.spec.config import load_spec
+    from dspy_for.experiments.core import MethodResult, ResultStore
+    from dspy_for.experiments.core import with_options
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments/matched_budget.toml", first=first)
@@ -254,7 +254,7 @@ FIGURE_2_JUDGED = {"single": 100, "cot": 100, "for_n3_host": 100}
 
 @pytest.mark.parametrize("label", list(FIGURE_2_JUDGED))
 def test_committed_figure_2_results_are_judged_by_todays_judge(label):
-    from dspy_for.experiments.records import ResultStore
+    from dspy_for.experiments.core import ResultStore
     from dspy_for.judges import Judge
 
     root = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from dspy_for.experiments.records import ItemResult, MethodResult, ResultStore
+from dspy_for.experiments.core import ItemResult, MethodResult, ResultStore
 
 
 def _line(**kw):

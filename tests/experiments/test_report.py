@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from dspy_for.experiments.diagnostics import debate_diagnostics, round_accuracy
+from dspy_for.experiments.reports.diagnostics import debate_diagnostics, round_accuracy
 from dspy_for.metrics import numeric_match
 
 
@@ -92,8 +92,8 @@ def test_frontier_plot_names_every_scored_method_in_a_legend_beside_the_axes():
     the names go in a legend outside the axes, not as labels on top of each other's markers."""
     from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
     from dspy_for.experiments.comparison import ComparisonResult
-    from dspy_for.experiments.records import ItemResult, MethodResult
-    from dspy_for.experiments.report import figures
+    from dspy_for.experiments.core import ItemResult, MethodResult
+    from dspy_for.experiments.reports.table import figures
 
     def res(label, scores, tokens):
         usage = {"task": {"calls": 1, "prompt_tokens": tokens, "completion_tokens": 0, "tokens": tokens}}

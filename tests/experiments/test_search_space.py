@@ -4,7 +4,7 @@ import optuna
 import pytest
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.search_space import parse_search_space
+from dspy_for.experiments.sweeps.search_space import parse_search_space
 
 
 def test_parse_and_suggest():

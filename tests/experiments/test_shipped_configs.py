@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dspy_for.experiments.config import load_spec
-from dspy_for.experiments.sweeps import load_sweep_spec
+from dspy_for.experiments.spec.config import load_spec
+from dspy_for.experiments.sweeps.sweep import load_sweep_spec
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.toml"))
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-import dspy_for.experiments.run as run_mod
+import dspy_for.experiments.core.prepare as run_mod
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.sweeps import load_sweep_spec, sweep
+from dspy_for.experiments.sweeps.sweep import load_sweep_spec, sweep
 from dspy_for.testing import ScriptedLM, system_text
 
 CONFIG = """
@@ -58,7 +58,7 @@ def _write(tmp_path, study="s", objectives='["accuracy"]', sampler="tpe", extra=
 def test_six_trial_study_with_pruning_and_nested_mlflow_runs(fake_lm, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import dspy_for.experiments.sweep_workers as sw
+    import dspy_for.experiments.sweeps.workers as sw
 
     # make trials with host=false hopeless after the first chunk so the median pruner stops them
     real = sw.default_objective
@@ -197,7 +197,7 @@ def test_temperature_goes_to_the_lms_unless_the_method_owns_it():
 def test_storage_password_never_reaches_mlflow(fake_lm, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from dspy_for.experiments import sweep_tracking
+    from dspy_for.experiments.sweeps import tracking as sweep_tracking
 
     spec = load_sweep_spec(_write(tmp_path, study="pw"), tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     spec.storage = "postgresql+psycopg2://sweeper:hunter2-secret@db.example:5432/optuna"
@@ -312,7 +312,7 @@ def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tm
     assert two_steps.user_attrs["compile_calls"] > one_step.user_attrs["compile_calls"] > 0
     assert one_step.user_attrs["compile_tokens"] > 0
     lm.calls.clear()
-    monkeypatch.setattr(run_mod, "compile_for_run", lambda run, compile_dir, lm: (run.program, {"total": {"calls": 0}}))
+    monkeypatch.setattr(run_mod, "compile_for_run", lambda program, *a, **k: (program, {"total": {"calls": 0}}))
     cfg.write_text(TEXTGRAD_SWEEP.replace('study = "tg"', 'study = "tg_off"'))
     assert sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db").study.trials[0].value == 0.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dspy_for.experiments.sweeps import sweep
+from dspy_for.experiments.sweeps.sweep import sweep
 
 CONFIG = """
 method = "for"

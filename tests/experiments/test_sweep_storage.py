@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from dspy_for.experiments.sweeps import load_sweep_spec, open_study, run_study
+from dspy_for.experiments.sweeps.sweep import load_sweep_spec, open_study, run_study
 
 HERE = Path(__file__).resolve().parent
 CONFIG = """
@@ -70,8 +70,11 @@ _WORKER = """
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(60, exit=True)
 sys.path.insert(0, {here!r})
-from dspy_for.experiments.sweeps import _worker_entry
-_worker_entry({spec!r}, {objective!r}, None, {cwd!r})
+import pickle
+from dspy_for.experiments.sweeps.workers import _worker_entry
+with open({spec!r}, "rb") as f:
+    spec = pickle.load(f)  # as multiprocessing's spawn hands the spec to a worker
+_worker_entry(spec, {objective!r}, None, {cwd!r})
 """
 
 
@@ -81,7 +84,9 @@ def _kill_one_mid_trial(tmp_path, spec, monkeypatch):
     monkeypatch.chdir(tmp_path)
     open_study(spec)
     env = {**os.environ, "FAKE_OBJECTIVE_DELAY": "1.5", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    code = _WORKER.format(here=str(HERE), spec=asdict(spec), objective=OBJECTIVE, cwd=str(tmp_path))
+    spec_file = tmp_path / "spec.pickle"
+    spec_file.write_bytes(pickle.dumps(spec))
+    code = _WORKER.format(here=str(HERE), spec=str(spec_file), objective=OBJECTIVE, cwd=str(tmp_path))
     victim = subprocess.Popen([sys.executable, "-c", code], env=env)
     study = open_study(spec)
     deadline = time.time() + 120

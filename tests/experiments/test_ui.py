@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dspy_for.cli import app
-from dspy_for.experiments.ui import UIError, port_in_use, resolve_store, serve_ui, ui_environment
+from dspy_for.experiments.tracking.ui import UIError, port_in_use, resolve_store, serve_ui, ui_environment
 
 runner = CliRunner()
 ENV_SET_BY_THE_COMMAND = (

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import dspy
 import pytest
+from dspy.utils import DummyLM
 
+from dspy_for.errors import ConfigError
 from dspy_for.lm.factory import configure_cache
-from dspy_for.lm.usage import DEFAULT_ROLE, RecordingDummyLM, Usage, role, track_usage
+from dspy_for.lm.usage import DEFAULT_ROLE, CallRecord, Usage, role, track_usage
 from dspy_for.testing import ScriptedLM
 
 
@@ -91,8 +95,8 @@ def test_failed_calls_are_recorded_as_not_ok():
     assert not call.ok and not call.cache_hit and usage.total.calls == 1
 
 
-def test_recording_dummy_lm_counts_calls_and_roles():
-    lm = RecordingDummyLM([{"answer": "1"}, {"answer": "2"}])
+def test_dspys_dummy_lm_counts_calls_and_roles():
+    lm = DummyLM([{"answer": "1"}, {"answer": "2"}])
     predict = dspy.Predict("question -> answer")
     with dspy.context(lm=lm), track_usage() as usage:
         with role("feedback"):
@@ -112,3 +116,70 @@ def test_round_trip_and_merge():
     assert restored.to_dict() == a.to_dict()
     merged = restored.merge(b)
     assert merged.total.calls == 2 and set(merged.roles) == {"task", "judge"}
+
+
+# ------------------------------------------------------------------------------- times and content of each call
+
+
+def test_each_call_has_its_own_start_and_end_as_it_happened():
+    lm = ScriptedLM(lambda m, t: "a b", delay=0.2)
+    before = time.time()
+    with track_usage() as usage:
+        lm("one")
+        time.sleep(0.1)  # time between calls belongs to no call
+        asyncio.run(lm.acall("two"))
+    after = time.time()
+    first, second = usage.calls
+    for c in (first, second):
+        assert c.started_at is not None and c.ended_at is not None
+        assert before <= c.started_at and c.ended_at <= after
+        assert c.ended_at - c.started_at >= 0.2  # covers the LM's own delay
+        assert c.ended_at - c.started_at == pytest.approx(c.wall_time, abs=0.01)
+    assert second.started_at - first.ended_at >= 0.1  # in order, apart
+
+
+def test_each_call_keeps_what_it_sent_and_returned_in_memory_only():
+    lm = ScriptedLM(lambda m, t: {"answer": "four"})
+    with dspy.context(lm=lm), track_usage() as usage, role("task"):
+        dspy.Predict("question -> answer")(question="2+2?")
+        lm("plain prompt", max_tokens=5)
+    chat, plain = usage.calls
+    assert chat.content is not None and plain.content is not None
+    assert "2+2?" in chat.content.sent["messages"][-1]["content"]
+    assert "four" in chat.content.returned[0]
+    assert plain.content.sent == {"prompt": "plain prompt", "kwargs": {"max_tokens": 5}}
+    assert "content" not in json.dumps(usage.to_dict()) and "2+2" not in json.dumps(usage.to_dict())
+    assert chat == CallRecord(**{**chat.__dict__, "content": None})  # content is not part of a record's identity
+
+
+def test_a_failed_call_keeps_what_it_sent_and_its_error_message():
+    def boom(messages, max_tokens):
+        raise RuntimeError("provider down")
+
+    with track_usage() as usage, pytest.raises(Exception, match="provider down"):
+        ScriptedLM(boom)("hi")
+    (call,) = usage.calls
+    assert call.content is not None and call.content.sent == {"prompt": "hi"}
+    assert call.content.returned is None and "provider down" in str(call.content.error)
+    assert call.started_at is not None and call.ended_at is not None and call.ended_at >= call.started_at
+
+
+def test_a_long_lived_collector_keeps_content_for_its_last_calls_only():
+    lm = ScriptedLM(lambda m, t: "x")
+    with track_usage(content_window=3) as outer:
+        for i in range(5):
+            with track_usage() as inner:
+                lm(f"call {i}")
+            assert inner.calls[0].content is not None  # the inner (per-item) collector keeps its call's content
+    assert [c.content is not None for c in outer.calls] == [False, False, True, True, True]
+    assert [c.prompt_tokens for c in outer.calls] == [2] * 5 and all(c.started_at for c in outer.calls)
+    merged = Usage(content_window=2).merge(outer)
+    assert [c.content is not None for c in merged.calls] == [False, False, False, True, True]
+    with track_usage(content_window=0) as none, track_usage(content_window=None) as every:
+        lm("y")
+    assert none.calls[0].content is None and every.calls[0].content is not None
+
+
+def test_a_scripted_lm_refuses_a_negative_delay():
+    with pytest.raises(ConfigError, match="`delay`"):
+        ScriptedLM(lambda m, t: "x", delay=-1)

@@ -8,10 +8,11 @@ from typing import Any
 
 import dspy
 import pytest
+from dspy.utils import DummyLM
 
 from dspy_for.lm import recorder as recorder_mod
 from dspy_for.lm.factory import configure_cache
-from dspy_for.lm.usage import CallRecord, RecordingDummyLM, UsageRecordingMixin, UsageWarning, role, track_usage
+from dspy_for.lm.usage import CallRecord, UsageWarning, role, track_usage
 from dspy_for.testing import ScriptedLM
 
 ANSWER = "[[ ## answer ## ]]\n4\n\n[[ ## completed ## ]]"
@@ -62,7 +63,11 @@ def test_a_custom_base_lm_is_recorded_with_usage_and_finish_reason():
         wall_time=call.wall_time,
         ok=True,
         error=None,
+        started_at=call.started_at,
+        ended_at=call.ended_at,
     )
+    assert call.content is not None and call.content.sent["messages"][-1]["role"] == "user"
+    assert call.content.returned == [ANSWER]
 
 
 def test_an_lm_without_usage_or_finish_reason_warns_once_per_model():
@@ -86,7 +91,7 @@ def test_lms_that_report_usage_do_not_warn():
         warnings.simplefilter("error", UsageWarning)
         with track_usage():
             ScriptedLM(lambda m, t: "x y")("hi")
-            RecordingDummyLM([{"answer": "1"}])("hi")  # 0 tokens, but reported
+            DummyLM([{"answer": "1"}])("hi")  # 0 tokens, but reported
 
 
 def test_acall_is_recorded_with_its_role_and_concurrent_tasks_keep_theirs():
@@ -178,12 +183,3 @@ def test_cache_hits_of_copies_and_async_keep_the_original_tokens(tmp_path):
     assert not first.cache_hit and second.cache_hit
     assert (second.prompt_tokens, second.completion_tokens, second.finish_reason) == (2, 3, "stop")
     assert usage.total.served_tokens == 2 * usage.total.tokens == 10
-
-
-def test_the_mixin_name_is_kept_and_does_nothing():
-    class Old(UsageRecordingMixin, ScriptedLM):
-        pass
-
-    with track_usage() as usage:
-        Old(lambda m, t: "x")("hi")
-    assert usage.total.calls == 1

@@ -19,12 +19,12 @@ from filelock import FileLock
 
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError, DspyForError
-from dspy_for.experiments import sweep_tracking, tracing
-from dspy_for.experiments.records import MethodResult
-from dspy_for.experiments.run import PreparedRun, evaluate, load_examples, prepare_run
-from dspy_for.experiments.spec import DatasetConfig, JudgeConfig
-from dspy_for.experiments.sweep_spec import SweepSpec
-from dspy_for.experiments.sweep_storage import HOST, counted, lock_path, open_study, recover_stale
+from dspy_for.experiments.core import Evaluation, load_examples, prepare_run
+from dspy_for.experiments.core.summary import Summary, summarize
+from dspy_for.experiments.sweeps import tracking as sweep_tracking
+from dspy_for.experiments.sweeps.spec import SweepSpec
+from dspy_for.experiments.sweeps.storage import HOST, counted, lock_path, open_study, recover_stale
+from dspy_for.experiments.tracking.sink import MlflowSink
 
 __all__ = [
     "Objective",
@@ -53,13 +53,13 @@ class TrialFailed(RuntimeError):
 
 
 class TrialObjective:
-    """The real objective: the trial's method through the run path, evaluated chunk by chunk. ``evaluated``
-    keeps each trial's prepared run and records until the worker has logged them as traces on its run."""
+    """The real objective: the trial's method through the run core, fed chunk by chunk; after each chunk the
+    running objective is reported so the pruner can stop a hopeless trial. Items stream, as they land, into the
+    trial's MLflow run (its id in the trial's user attribute ``mlflow_run_id``) as traces."""
 
     def __init__(self, spec: SweepSpec, deadline: float | None = None) -> None:
         self.spec, self.deadline = spec, deadline
         self.examples = load_examples(spec.dataset)
-        self.evaluated: dict[int, tuple[PreparedRun, MethodResult]] = {}
 
     def __call__(self, trial: Any) -> Any:
         import optuna
@@ -73,34 +73,34 @@ class TrialObjective:
             total = run.compile_usage.get("total", {})
             trial.set_user_attr("compile_tokens", float(total.get("tokens", 0) + total.get("cached_tokens", 0)))
             trial.set_user_attr("compile_calls", float(total.get("calls", 0)))
-        results: list[MethodResult] = []
-        for step, start in enumerate(range(0, len(examples), spec.chunk_size)):
-            if deadline is not None and time.monotonic() > deadline:
-                raise TrialFailed(f"stopped by the sweep's timeout after {sum(r.n for r in results)} items")
-            results.append(evaluate(run, examples[start : start + spec.chunk_size], progress=False))
-            merged = _merge(results)
-            self.evaluated[trial.number] = (run, merged)  # its items become traces on the trial's MLflow run
-            _record_usage(trial, merged)
-            if merged.n_failed:
-                errors = merged.error_counts().most_common(1)
-                raise TrialFailed(f"{merged.n_failed} item(s) failed: {errors[0][0]}")
-            value = objective_value(merged, spec.objectives[0])
-            trial.set_user_attr("intermediate", [*trial.user_attrs.get("intermediate", []), value])
-            logger.info(
-                "trial %d %s: %d/%d items, %s %.3f",
-                trial.number,
-                trial.params,
-                merged.n,
-                len(examples),
-                spec.objectives[0],
-                value,
-            )
-            if not spec.multi:
-                trial.report(value, step)
-                if trial.should_prune():
-                    raise optuna.TrialPruned()
-        merged = _merge(results)
-        values = [objective_value(merged, o) for o in spec.objectives]
+        run_id = trial.user_attrs.get("mlflow_run_id")
+        sinks = [MlflowSink(run, run_id, end_run=False)] if run_id else []
+        with Evaluation(run, sinks=sinks, progress=False, origin=run_id) as ev:
+            for step, start in enumerate(range(0, len(examples), spec.chunk_size)):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TrialFailed(f"stopped by the sweep's timeout after {len(ev.result.items)} items")
+                ev.feed(examples[start : start + spec.chunk_size])
+                summary = summarize(ev.result)
+                _record_usage(trial, summary)
+                if summary.failed:
+                    raise TrialFailed(f"{summary.failed} item(s) failed: {next(iter(summary.errors))}")
+                value = objective_value(summary, spec.objectives[0])
+                trial.set_user_attr("intermediate", [*trial.user_attrs.get("intermediate", []), value])
+                logger.info(
+                    "trial %d %s: %d/%d items, %s %.3f",
+                    trial.number,
+                    trial.params,
+                    summary.n,
+                    len(examples),
+                    spec.objectives[0],
+                    value,
+                )
+                if not spec.multi:
+                    trial.report(value, step)
+                    if trial.should_prune():
+                        raise optuna.TrialPruned()
+        final = summarize(ev.result)
+        values = [objective_value(final, o) for o in spec.objectives]
         for name, value in zip(spec.objectives, values, strict=True):
             trial.set_user_attr(f"objective.{name}", value)
         return values[0] if not spec.multi else tuple(values)
@@ -111,33 +111,26 @@ def default_objective(spec: SweepSpec, parent_run_id: str | None = None, deadlin
     return TrialObjective(spec, deadline)
 
 
-def objective_value(result: MethodResult, objective: str) -> float:
-    """One objective of a trial's (scored) items: accuracy, tokens/item, or a judge score's mean."""
-    if objective == "accuracy":
-        return result.accuracy
-    if objective == "tokens_per_item":
-        return result.tokens_per_item
-    values = list(result.judge_values(objective).values())
-    if not values:
-        raise TrialFailed(f"the judge gave no `{objective}` score for any item")
-    return sum(values) / len(values)
+def objective_value(summary: Summary, objective: str) -> float:
+    """One objective of a trial, read off its summary (scored items only): accuracy, tokens/item, or a judge
+    score's mean. A value that was not measured (nothing scored, no judge score) fails the trial."""
+    if objective in ("accuracy", "tokens_per_item"):
+        value = getattr(summary, objective)
+    else:
+        value = summary.judge.get(objective, {}).get("mean")
+    if value is None:
+        raise TrialFailed(f"no item gave a `{objective}` value")
+    return float(value)
 
 
-def _merge(results: list[MethodResult]) -> MethodResult:
-    return MethodResult(
-        label="", items=[i for r in results for i in r.items], wall_time=sum(r.wall_time for r in results)
-    )
-
-
-def _record_usage(trial: Any, result: MethodResult) -> None:
-    total = result.usage.total
-    trial.set_user_attr("n_items", result.n)
-    trial.set_user_attr("n_failed", result.n_failed)
-    trial.set_user_attr("n_unparsed", result.n_unparsed)
-    trial.set_user_attr("tokens_per_item", result.tokens_per_item)
-    trial.set_user_attr("spent_tokens", total.tokens)
-    trial.set_user_attr("cached_tokens", total.cached_tokens)
-    trial.set_user_attr("calls", total.calls)
+def _record_usage(trial: Any, summary: Summary) -> None:
+    trial.set_user_attr("n_items", summary.n + summary.failed)
+    trial.set_user_attr("n_failed", summary.failed)
+    trial.set_user_attr("n_unparsed", summary.unparsed)
+    trial.set_user_attr("tokens_per_item", summary.tokens_per_item)
+    trial.set_user_attr("spent_tokens", summary.spent_tokens)
+    trial.set_user_attr("cached_tokens", summary.cached_tokens)
+    trial.set_user_attr("calls", summary.calls)
 
 
 def _load_objective(
@@ -172,12 +165,19 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None, dead
                 return
             trial = study.ask()
             trial.set_user_attr("worker", me)
+        run_id = sweep_tracking.start_trial(spec, trial.number, parent_run_id)
+        if run_id is not None:
+            trial.set_user_attr("mlflow_run_id", run_id)
         state, values, error = optuna.trial.TrialState.COMPLETE, None, None
         try:
             with optuna_compat.heartbeat(trial, study):  # RDB storages: lets other machines see us die
                 values = objective(trial)
         except optuna.TrialPruned:
             state = optuna.trial.TrialState.PRUNED
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial is FAIL (re-run on resume), its run KILLED
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            sweep_tracking.finish_trial(spec, study, trial.number, run_id, error="interrupted", killed=True)
+            raise
         except Exception as exc:  # a failing trial is recorded, the sweep goes on (up to the cap)
             state, error = optuna.trial.TrialState.FAIL, f"{type(exc).__name__}: {exc}"
             logger.error("trial %d failed: %s", trial.number, error)
@@ -185,17 +185,14 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None, dead
             study.tell(trial, values)
         else:
             study.tell(trial, state=state)
-        trial_run_id = sweep_tracking.log_trial(spec, study, trial.number, parent_run_id, error=error)
-        evaluated = objective.evaluated.pop(trial.number, None) if isinstance(objective, TrialObjective) else None
-        if evaluated is not None and trial_run_id is not None:
-            tracing.log_item_traces(*evaluated, run_id=trial_run_id)
+        sweep_tracking.finish_trial(spec, study, trial.number, run_id, error=error)
         logger.info(
             "trial %d %s: %s, values %s, %.0f tokens/item",
             trial.number,
             trial.params,
             state.name,
             values,
-            trial.user_attrs.get("tokens_per_item", 0.0),
+            trial.user_attrs.get("tokens_per_item") or 0.0,
         )
         failures = failures + 1 if state == optuna.trial.TrialState.FAIL else 0
         if failures >= spec.max_consecutive_failures:
@@ -206,17 +203,14 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None, dead
 
 
 def _worker_entry(
-    spec: SweepSpec | dict[str, Any],
+    spec: SweepSpec,
     objective_path: str | None,
     parent_run_id: str | None,
     cwd: str,
     deadline_in: float | None = None,
 ) -> None:
-    """A worker process: ``spec`` is the SweepSpec (or its ``dataclasses.asdict``), ``deadline_in`` the seconds
-    left of the sweep's timeout."""
+    """A worker process: ``spec`` is the sweep's spec, ``deadline_in`` the seconds left of the sweep's timeout."""
     os.chdir(cwd)
-    if isinstance(spec, dict):
-        spec = _spec_from_dict(spec)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     if not logger.handlers:  # a spawned worker: its progress lines go to stderr like the parent's
         handler = logging.StreamHandler()
@@ -229,13 +223,6 @@ def _worker_entry(
     except SweepError as exc:
         logger.error("%s", exc)
         raise SystemExit(3) from None
-
-
-def _spec_from_dict(d: dict[str, Any]) -> SweepSpec:
-    d = dict(d)
-    d["dataset"] = DatasetConfig(**d["dataset"])
-    d["judge"] = JudgeConfig(**d["judge"]) if d.get("judge") else None
-    return SweepSpec(**d)
 
 
 def run_study(

@@ -14,8 +14,9 @@ import json
 import os
 import platform
 import subprocess
-import tempfile
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -26,15 +27,21 @@ from dspy_for.secrets import is_secret_key, redact
 
 __all__ = [
     "autolog",
+    "client",
     "default_tracking_uri",
+    "end_run",
     "environment_params",
     "log_figure",
-    "log_json_artifact",
+    "log_json",
+    "log_metrics",
+    "log_params",
     "log_table",
-    "log_text_artifact",
+    "log_text",
     "redact",
     "safe_params",
+    "set_tags",
     "setup_tracking",
+    "start_run",
 ]
 
 _MAX_PARAM = 6000
@@ -88,7 +95,7 @@ def autolog() -> None:
     :class:`~dspy_for.errors.MissingDependencyError` on an MLflow without what the masking needs."""
     import mlflow
 
-    from dspy_for.experiments.trace_masking import install_span_masking
+    from dspy_for.experiments.tracking.masking import install_span_masking
 
     install_span_masking()
     mlflow.dspy.autolog()
@@ -141,25 +148,72 @@ def environment_params() -> dict[str, str]:
     return params
 
 
-def log_text_artifact(text: str, name: str) -> None:
+def client() -> Any:
+    """An ``MlflowClient`` on the current tracking URI (see :func:`setup_tracking`)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(mlflow.get_tracking_uri())
+
+
+def start_run(
+    name: str, experiment: str, *, parent_id: str | None = None, tags: Mapping[str, str] | None = None
+) -> str:
+    """A new run in ``experiment`` (nested under ``parent_id``), ended by :func:`end_run`; its id."""
+    all_tags = {**(tags or {}), **({"mlflow.parentRunId": parent_id} if parent_id else {})}
+    return str(client().create_run(experiment_id(experiment), run_name=name, tags=all_tags).info.run_id)
+
+
+@contextmanager
+def active_run(run_id: str, enabled: bool = True) -> Iterator[None]:
+    """Make ``run_id`` MLflow's active run inside the block (for ``mlflow.dspy.autolog``'s traces); its end status
+    is then set by :func:`end_run`, not here."""
+    if not enabled:
+        yield
+        return
     import mlflow
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / name
-        path.write_text(redact(text), encoding="utf-8")
-        mlflow.log_artifact(str(path))
+    with mlflow.start_run(run_id=run_id):
+        yield
 
 
-def log_json_artifact(obj: Any, name: str) -> None:
-    log_text_artifact(json.dumps(obj, indent=2, default=str, ensure_ascii=False), name)
+def end_run(run_id: str, status: str) -> None:
+    client().set_terminated(run_id, status=status)
 
 
-def log_table(rows: list[dict[str, Any]], name: str) -> None:
-    """Log rows as JSONL (one object per line): easy to load with pandas, greppable."""
-    log_text_artifact("".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows), name)
+def log_params(run_id: str, params: Mapping[str, Any]) -> None:
+    """``params`` flattened and made safe (:func:`safe_params`), in one call."""
+    from mlflow.entities import Param
+
+    client().log_batch(run_id, params=[Param(k, v) for k, v in safe_params(params).items()])
 
 
-def log_figure(fig: Any, name: str) -> None:
-    import mlflow
+def log_metrics(run_id: str, metrics: Mapping[str, float]) -> None:
+    from mlflow.entities import Metric
 
-    mlflow.log_figure(fig, name)
+    now = int(time.time() * 1000)
+    client().log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+
+
+def set_tags(run_id: str, tags: Mapping[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    client().log_batch(run_id, tags=[RunTag(k, redact(str(v))[:5000]) for k, v in tags.items()])
+
+
+def log_text(run_id: str, text: str, name: str) -> None:
+    """A text artifact, masked by :func:`redact`."""
+    client().log_text(run_id, redact(text), name)
+
+
+def log_json(run_id: str, obj: Any, name: str) -> None:
+    log_text(run_id, json.dumps(obj, indent=2, default=str, ensure_ascii=False), name)
+
+
+def log_table(run_id: str, rows: list[dict[str, Any]], name: str) -> None:
+    """Rows as JSONL (one object per line): easy to load with pandas, greppable."""
+    log_text(run_id, "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows), name)
+
+
+def log_figure(run_id: str, fig: Any, name: str) -> None:
+    client().log_figure(run_id, fig, name)

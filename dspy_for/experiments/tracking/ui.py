@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 
 from dspy_for._offline import OFFLINE_ENV
 from dspy_for.errors import DspyForError
-from dspy_for.experiments.tracking import default_tracking_uri
+from dspy_for.experiments.tracking.store import default_tracking_uri
 
 __all__ = ["UI_ENV", "UIError", "mlflow_server_command", "port_in_use", "resolve_store", "serve_ui", "ui_environment"]
 

@@ -9,29 +9,26 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.table import Table
 
-from dspy_for.experiments.diagnostics import round_accuracy
-from dspy_for.experiments.report_judge import (
+from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.reports.diagnostics import round_accuracy
+from dspy_for.experiments.reports.judge import (
     JUDGE_HEADER,
-    JUDGE_SCORES,
     judge_figure,
     judge_lines,
-    judge_summary,
     judge_table_row,
     judged_rows,
 )
 from dspy_for.metrics import metric_for
-from dspy_for.stats import format_p_value, mean_with_ci, paired_comparison, smallest_resolvable_difference
+from dspy_for.stats import format_p_value, mean_with_ci, smallest_resolvable_difference
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.comparison import ComparisonResult
+    from dspy_for.experiments.core.records import ComparisonResult
 
 __all__ = [
-    "JUDGE_SCORES",
     "detail_lines",
     "error_lines",
     "figures",
     "judge_lines",
-    "judge_summary",
     "legend",
     "rich_tables",
     "summary_rows",
@@ -40,54 +37,15 @@ __all__ = [
 
 
 def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
-    """One row per method × dataset. ``n`` counts scored items (failed ones are errors, left out of accuracy
-    and tokens/item and counted in ``failed``); the Δ pairs each method with the baseline on the items both
-    scored (matched by content)."""
+    """One row per method × dataset (:meth:`~dspy_for.experiments.core.summary.Summary.row`, paired with the
+    baseline), then one per method that could not run (``error``)."""
     rows = []
-    baseline = result.spec.baseline
     for dataset, by_label in result.results.items():
-        base = by_label.get(baseline or "")
-        for label, r in by_label.items():
-            measured = r.n_scored > 0  # else every number of the row is absent (None), never 0
-            lo, hi = r.ci
-            row: dict[str, Any] = {
-                "dataset": dataset,
-                "method": label,
-                "n": r.n_scored,
-                "failed": r.n_failed,
-                "unparsed": r.n_unparsed,
-                "accuracy": r.accuracy if measured else None,
-                "ci_low": lo if measured else None,
-                "ci_high": hi if measured else None,
-                "tokens_per_item": r.tokens_per_item if measured else None,
-                "calls_per_item": r.calls_per_item if measured else None,
-                "wall_time": r.wall_time + r.reused_time,
-                "reused_time": r.reused_time,
-                "delta": None,
-                "p_value": None,
-                "paired_n": 0,
-                "tokens_per_item_by_role": {name: r.per_item("served_tokens", name) for name in r.usage.roles},
-                "stats": r.stats_mean,
-                "errors": dict(r.error_counts()),
-            }
-            judged = judge_summary(r, base if label != baseline else None)
-            if judged:
-                row["judge"] = judged
-            if base is not None and label != baseline and r.n_scored:
-                mine, theirs = r.scores_by_key(), base.scores_by_key()
-                common = [k for k in mine if k in theirs]
-                if common:
-                    paired = paired_comparison([mine[k] for k in common], [theirs[k] for k in common])
-                    row.update(
-                        delta=paired.diff,
-                        delta_low=paired.low,
-                        delta_high=paired.high,
-                        p_value=paired.p_value,
-                        paired_n=len(common),
-                    )
-            rows.append(row)
-        for label, err in result.errors.get(dataset, {}).items():
-            rows.append({"dataset": dataset, "method": label, "error": err})
+        base = by_label.get(result.spec.baseline or "")
+        rows += [{"dataset": dataset, **summarize(r, base).row()} for r in by_label.values()]
+        rows += [
+            {"dataset": dataset, "method": label, "error": err} for label, err in result.errors.get(dataset, {}).items()
+        ]
     return rows
 
 

@@ -1,7 +1,7 @@
 """``dspy-for sweep``: Optuna search over a method's options on validation data, tracked in MLflow.
 
-* Each trial is one run of the shared run path: :func:`~dspy_for.experiments.run.prepare_run` with the
-  trial's options, then :func:`~dspy_for.experiments.run.evaluate` chunk by chunk, reporting the running
+* Each trial is one run of the shared run path: :func:`~dspy_for.experiments.core.run.prepare_run` with the
+  trial's options, then :func:`~dspy_for.experiments.core.run.evaluate` chunk by chunk, reporting the running
   accuracy so a pruner stops hopeless trials early (single-objective studies); multi-objective studies
   optimise accuracy (max) and tokens/item (min) and keep the Pareto front.
 * A trial with a failed item (an LM error) is FAIL, never COMPLETE with a low score; it is re-run when the
@@ -24,12 +24,17 @@ from typing import Any
 
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError
-from dspy_for.experiments import sweep_tracking, tracing, tracking
-from dspy_for.experiments.run import evaluate, prepare_run
-from dspy_for.experiments.sweep_spec import SweepSpec, load_sweep_spec
-from dspy_for.experiments.sweep_storage import make_storage, open_study, requeue_failed
-from dspy_for.experiments.sweep_workers import SweepError, logger, run_study
-from dspy_for.experiments.sweep_workers import _worker_entry as _worker_entry  # re-exported for worker scripts
+from dspy_for.experiments.core import evaluate, prepare_run
+from dspy_for.experiments.core.sinks import sigterm_as_interrupt
+from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.spec.config import Overrides
+from dspy_for.experiments.sweeps import tracking as sweep_tracking
+from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
+from dspy_for.experiments.sweeps.storage import make_storage, open_study, requeue_failed
+from dspy_for.experiments.sweeps.workers import SweepError, run_study
+from dspy_for.experiments.sweeps.workers import _worker_entry as _worker_entry  # re-exported for worker scripts
+from dspy_for.experiments.tracking.datasets import log_dataset
+from dspy_for.experiments.tracking.sink import MlflowSink
 
 __all__ = [
     "SweepError",
@@ -70,11 +75,12 @@ def sweep(
     final_test: bool = False,
     objective_path: str | None = None,
     timeout: float | None = None,
-    **overrides: Any,
+    overrides: Overrides | None = None,
+    **kwargs: Any,
 ) -> SweepResult:
-    """Run (or resume) a sweep; see the module docstring. ``overrides`` are the CLI flags' names; they apply
-    and are validated whether a path or a :class:`SweepSpec` is given."""
-    spec = load_sweep_spec(config, **overrides)
+    """Run (or resume) a sweep; see the module docstring. ``overrides`` (or the same as keyword arguments, e.g.
+    ``n_trials=20``) apply and are validated whether a path or a :class:`SweepSpec` is given."""
+    spec = load_sweep_spec(config, overrides, **kwargs)
     optuna_compat.check_supported()  # an Optuna without the internals we use fails here, not mid-sweep
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"`--workers` must be a positive integer, got {workers!r}.")
@@ -88,51 +94,31 @@ def sweep(
     requeue_failed(study)
     parent = sweep_tracking.start_parent(spec)
     try:
-        study = run_study(spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout)
-    except SweepError:
-        sweep_tracking.finish_parent(spec, open_study(spec), parent, None, status="FAILED")
+        with sigterm_as_interrupt():
+            study = run_study(
+                spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout
+            )
+            result = SweepResult(spec=spec, study=study, parent_run_id=parent)
+            if final_test and not spec.multi and objective_path is None and result.counts.get("COMPLETE"):
+                result.final_test = run_final_test(spec, study, parent)
+    except (SweepError, KeyboardInterrupt) as exc:
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        sweep_tracking.finish_parent(spec, open_study(spec), parent, None, status=status)
         raise
-    result = SweepResult(spec=spec, study=study, parent_run_id=parent)
-    if final_test and not spec.multi and objective_path is None and result.counts.get("COMPLETE"):
-        result.final_test = run_final_test(spec, study)
     sweep_tracking.finish_parent(spec, study, parent, result.final_test)
     return result
 
 
-def run_final_test(spec: SweepSpec, study: Any) -> dict[str, Any]:
-    """The best configuration once on the test split, through the same run path as ``compare``; its data and
-    one trace per item are logged on the sweep's parent run (a tracing failure is only a warning)."""
+def run_final_test(spec: SweepSpec, study: Any, parent: str | None) -> dict[str, Any]:
+    """The best configuration once on the test split, through the same run core as ``compare``; its data and
+    one trace per item are logged on the sweep's parent run (a tracing failure is only a warning). Returns the
+    test's summary row (nothing scored: no accuracy, no cost — never a 0.0 standing for an outage)."""
     best = study.best_trial
     test = replace(spec.dataset, split=spec.test_split, first=None)
     run = prepare_run(spec, test, spec.trial_method(best.params, "final-test"))
-    res = evaluate(run)
-    try:
-        from mlflow.tracking import MlflowClient
-
-        tracking.setup_tracking(spec.tracking_uri, spec.experiment)
-        parents = MlflowClient().search_runs(  # the parent run sweep_tracking.start_parent made or reused
-            [tracking.experiment_id(spec.experiment)],
-            max_results=1,
-            filter_string=f"tags.`dspy_for.study` = '{spec.study}' and tags.`dspy_for.kind` = 'sweep'",
-        )
-        if parents:
-            tracing.log_dataset(run, context="test", run_id=parents[0].info.run_id)
-            tracing.log_item_traces(run, res, run_id=parents[0].info.run_id)
-    except Exception as exc:
-        logger.warning(
-            "could not log the final test's items to MLflow: %s", tracking.redact(f"{type(exc).__name__}: {exc}")
-        )
-    lo, hi = res.ci
-    scored = res.n_scored > 0  # nothing scored: no accuracy, no cost (never a 0.0 standing for an outage)
-    return {
-        "method": run.method.name,
-        "params": best.params,
-        "accuracy": res.accuracy if scored else None,
-        "ci_low": lo if scored else None,
-        "ci_high": hi if scored else None,
-        "tokens_per_item": res.tokens_per_item if scored else None,
-        "n": res.n_scored,
-        "failed": res.n_failed,
-        "unparsed": res.n_unparsed,
-        "errors": dict(res.error_counts()),
-    }
+    sinks = []
+    if parent is not None:
+        log_dataset(run, context="test", run_id=parent)
+        sinks.append(MlflowSink(run, parent, end_run=False))
+    summary = summarize(evaluate(run, sinks=sinks, origin=parent))
+    return {"method": run.method.name, "params": best.params, **summary.row()}

@@ -15,7 +15,7 @@ from dspy_for.datasets import data_hash
 from dspy_for.secrets import redact
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.run import PreparedRun
+    from dspy_for.experiments.core import PreparedRun
 
 __all__ = ["log_dataset"]
 

@@ -4,17 +4,15 @@ applied to its program before it is evaluated, with one meaning of every option 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dspy
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.spec import MethodConfig, load_examples
+from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, load_examples
 from dspy_for.optimizers import COMPILERS, compile_program
-
-if TYPE_CHECKING:
-    from dspy_for.experiments.run import PreparedRun
 
 __all__ = ["compile_for_run", "compile_settings"]
 
@@ -31,33 +29,32 @@ def compile_settings(method: MethodConfig) -> dict[str, Any]:
 
 
 def compile_for_run(
-    run: PreparedRun, compile_dir: Path | None, optimizer_lm: dspy.BaseLM
+    program: dspy.Module,
+    method: MethodConfig,
+    dataset: DatasetConfig,
+    *,
+    metric: Callable[..., Any],
+    seed: int,
+    optimizer_lm: dspy.BaseLM,
+    cached: Path | None = None,
 ) -> tuple[dspy.Module, dict[str, Any]]:
-    """Compile on ``trainset`` (default the train split; ``train_limit``: a seeded sample of N) with decisions
-    on the last ``val_limit`` items of ``valset`` (default val) — away from the first items runs score — with
-    ``optimizer_lm`` (built by the run from the table's ``optimizer_lm``, default the run's LM)."""
-    cfg = compile_settings(run.method)
+    """Compile ``program`` on ``trainset`` (default the train split; ``train_limit``: a seeded sample of N) with
+    decisions on the last ``val_limit`` items of ``valset`` (default val) — away from the first items runs score —
+    with ``optimizer_lm`` (built by the run from the table's ``optimizer_lm``, default the run's LM). ``cached``:
+    where the compiled program is kept, so a resumed run does not compile again."""
+    cfg = compile_settings(method)
     kind = cfg.pop("kind")
-    cached = compile_dir / f"{run.method.label}.{run.key}.compiled.json" if compile_dir else None
     if cached is not None and cached.is_file():
-        run.program.load(str(cached))
-        return run.program, json.loads(cached.with_suffix(".usage.json").read_text())
-    d = run.dataset
-    trainset = load_examples(d, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
-    valset = load_examples(d, cfg.pop("valset", "val"))
+        program.load(str(cached))
+        return program, json.loads(cached.with_suffix(".usage.json").read_text())
+    trainset = load_examples(dataset, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
+    valset = load_examples(dataset, cfg.pop("valset", "val"))
     val_limit = cfg.pop("val_limit", None)
     if val_limit:
         valset = valset[-int(val_limit) :]
     cfg.pop("optimizer_lm", None)
     result = compile_program(
-        kind,
-        run.program,
-        trainset=trainset,
-        valset=valset,
-        metric=run.metric,
-        seed=run.spec.seed,
-        optimizer_lm=optimizer_lm,
-        **cfg,
+        kind, program, trainset=trainset, valset=valset, metric=metric, seed=seed, optimizer_lm=optimizer_lm, **cfg
     )
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)

@@ -5,64 +5,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dspy_for.stats import bootstrap_interval, cohens_kappa, format_p_value, mean_with_ci, paired_comparison
+from dspy_for.experiments.core.summary import JUDGE_SCORES
+from dspy_for.stats import format_p_value
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.comparison import ComparisonResult
-    from dspy_for.experiments.records import MethodResult
+    from dspy_for.experiments.core.records import ComparisonResult
 
 __all__ = [
     "JUDGE_HEADER",
-    "JUDGE_SCORES",
     "judge_figure",
     "judge_lines",
-    "judge_summary",
     "judge_table_row",
     "judged_rows",
 ]
-
-
-JUDGE_SCORES = ("judged_accuracy", "quality.reasoning", "quality.coherence", "quality.holistic")
-
-
-def judge_summary(r: MethodResult, base: MethodResult | None) -> dict[str, Any]:
-    """The judge's view of one method: per score its mean with a 95% CI (Wilson for judged accuracy,
-    bootstrap for the quality scores) and n, the paired difference from ``base`` (exact McNemar / paired
-    bootstrap) with p; how often the rule decided because the judge failed; the judge's agreement with the
-    dataset metric (Cohen's κ over the items it judged); and the judge's tokens per item (apart from the
-    method's own)."""
-    judged = [(i.judge, i.score) for i in r.scored if i.judge is not None and i.judge.get("method") != "error"]
-    if not judged and not r.judge_errors:
-        return {}
-    out: dict[str, Any] = {
-        "n": len(judged),
-        "errors": r.judge_errors,
-        "fallbacks": sum(1 for verdict, _ in judged if verdict.get("method") == "rule"),
-        "tokens_per_item": r.judge_usage.total.served_tokens / max(1, len(judged)),
-    }
-    by_judge = [(verdict, score) for verdict, score in judged if verdict.get("method") == "judge"]
-    if by_judge:
-        agree = [bool(verdict.get("correct")) for verdict, _ in by_judge]
-        rule = [bool(score) for _, score in by_judge]
-        out["kappa"] = cohens_kappa(agree, rule)
-        out["agreement"] = sum(a == b for a, b in zip(agree, rule, strict=True)) / len(by_judge)
-        out["kappa_n"] = len(by_judge)
-    for score in JUDGE_SCORES:
-        values = r.judge_values(score)
-        if not values:
-            continue
-        xs = list(values.values())
-        mean = sum(xs) / len(xs)
-        lo, hi = mean_with_ci(xs)[1:] if score == "judged_accuracy" else bootstrap_interval(xs)
-        entry: dict[str, Any] = {"mean": mean, "low": lo, "high": hi, "n": len(xs)}
-        if base is not None:
-            theirs = base.judge_values(score)
-            common = [k for k in values if k in theirs]
-            if common:
-                paired = paired_comparison([values[k] for k in common], [theirs[k] for k in common])
-                entry.update(delta=paired.diff, p_value=paired.p_value, paired_n=len(common))
-        out[score] = entry
-    return out
 
 
 JUDGE_HEADER = ["method", "judged acc %", "reasoning", "coherence", "holistic"]

@@ -9,36 +9,26 @@ An item ends in one of three ways, counted apart and never mixed:
   raised: an **error**, excluded from accuracy and tokens/item, reported with its error class, and run
   again on resume.
 
-A :class:`ResultStore` appends each finished record to a JSONL file as it finishes (secrets masked), and
-matches stored records to items by their content (question and gold), so a killed run resumes without
-redoing finished work and an edited data file re-runs exactly the changed items. A store is held under a
-file lock while a run uses it: two runs of the same method at once never run an item twice (the second
-waits, then reuses what the first finished).
+Records are kept, for resume, in a :class:`~dspy_for.experiments.core.store.ResultStore`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
-import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from dspy_for.datasets import content_key
+from dspy_for.experiments.spec.model import ExperimentSpec
 from dspy_for.lm.usage import Usage
 from dspy_for.secrets import redact, redact_obj
 from dspy_for.stats import mean_with_ci
 
-__all__ = ["ItemResult", "MethodResult", "ResultStore"]
-
-logger = logging.getLogger("dspy_for.experiments")
+__all__ = ["ComparisonResult", "ItemResult", "MethodResult"]
 
 
 @dataclass
@@ -60,6 +50,8 @@ class ItemResult:
     # the judge's calls cost — kept apart from the method's own usage
     judge: dict[str, Any] | None = None
     judge_usage: dict[str, dict[str, float]] = field(default_factory=dict)
+    started_at: float | None = None  # when the item started (Unix time, s); None in records written before it was kept
+    origin: str | None = None  # the run that produced this record (an MLflow run id), when it was tracked
 
     @property
     def key(self) -> str:
@@ -195,54 +187,37 @@ def _merged(usages: Iterable[dict[str, dict[str, float]]]) -> Usage:
     return total
 
 
-class ResultStore:
-    """Finished records of one method on one dataset, in a JSONL file (see the module docstring)."""
+@dataclass
+class ComparisonResult:
+    """What ``compare`` returns: every method's records per dataset, methods that could not run, the summary rows,
+    the MLflow parent run and the plots."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._write_lock = threading.Lock()
+    spec: ExperimentSpec
+    results: dict[str, dict[str, MethodResult]] = field(default_factory=dict)  # dataset -> label -> result
+    errors: dict[str, dict[str, str]] = field(default_factory=dict)  # a method that could not run at all
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    run_id: str | None = None
+    run_dir: Path | None = None
+    plots: list[Path] = field(default_factory=list)
 
-    @classmethod
-    def in_dir(cls, results_dir: str | Path, dataset: str, split: str, label: str, key: str) -> ResultStore:
-        """The store of one method (``label``, run key ``key``) on one dataset split in a results directory:
-        ``<results_dir>/<dataset>/<split>/<label>.<key>.jsonl``, the layout compare and the measurement
-        scripts share, so each reuses what the other stored."""
-        return cls(Path(results_dir) / dataset / split / f"{label}.{key}.jsonl")
+    def item_errors(self) -> Counter[str]:
+        """Each distinct item error across the comparison (secrets masked) with its count."""
+        total: Counter[str] = Counter()
+        for by_label in self.results.values():
+            for r in by_label.values():
+                total.update(r.error_counts())
+        return total
 
-    def load(self) -> dict[str, ItemResult]:
-        """Records of earlier (possibly killed) runs by content key; failed ones are left out (re-run), a
-        torn last line is ignored, and a later record of an item replaces an earlier one."""
-        done: dict[str, ItemResult] = {}
-        if not self.path.is_file():
-            return done
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                item = ItemResult.from_json(line)
-            except (json.JSONDecodeError, TypeError):
-                continue
-            if item.failed:
-                done.pop(item.key, None)
-            else:
-                done[item.key] = item
-        return done
+    @property
+    def n_failed(self) -> int:
+        return sum(r.n_failed for by_label in self.results.values() for r in by_label.values())
 
-    def append(self, item: ItemResult) -> None:
-        with self._write_lock, self.path.open("a", encoding="utf-8") as f:
-            f.write(item.to_json() + "\n")
+    @property
+    def judge_errors(self) -> int:
+        return sum(r.judge_errors for by_label in self.results.values() for r in by_label.values())
 
-    @contextmanager
-    def exclusive(self) -> Iterator[ResultStore]:
-        """Hold the store for one run; another process running the same method waits here."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.path) + ".lock")
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            logger.warning(
-                "another run is evaluating %s: waiting for it, then reusing what it finished", self.path.name
-            )
-            lock.acquire()
-        try:
-            yield self
-        finally:
-            lock.release()
+    @property
+    def ok(self) -> bool:
+        """No failed item, no item the judge's LM failed on, and no method that could not run: every number
+        printed is a measured one."""
+        return self.n_failed == 0 and self.judge_errors == 0 and not any(self.errors.values())

@@ -9,17 +9,17 @@ as :data:`Assessor` functions.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat.mlflow import ASSESSMENT_RUN
-from dspy_for.experiments.trace_spans import jsonable
+from dspy_for.experiments.tracking.spans import jsonable
 from dspy_for.secrets import redact, redact_obj
 
 if TYPE_CHECKING:
     from mlflow.entities import Assessment
 
-    from dspy_for.experiments.records import ItemResult
+    from dspy_for.experiments.core import ItemResult
 
 __all__ = [
     "CORRECT",
@@ -46,7 +46,8 @@ TOKENS = "total_tokens"  # the item's served tokens, as a feedback: the UI sorts
 
 @dataclass(frozen=True)
 class TraceContext:
-    """What every trace of one run shares: the method, the dataset, the metric and the MLflow run."""
+    """What every trace of one run shares: the method, the dataset, the metric, the MLflow run (and the client of
+    its tracking store that writes the traces)."""
 
     label: str
     method: str
@@ -54,12 +55,13 @@ class TraceContext:
     metric: str  # the metric's name: the source of the ``correct`` assessment
     run_id: str | None
     experiment_id: str | None
+    client: Any = field(default=None, compare=False, repr=False)  # MLflow's TracingClient on the run's store
 
 
 Assessor = Callable[[TraceContext, "ItemResult"], Iterable["Assessment"]]
 """Assessments for one item's trace: ``(context, item) -> [Feedback | Expectation, ...]``. A judge adds its
 scores by returning ``mlflow.entities.Feedback(name=..., value=..., source=AssessmentSource("LLM_JUDGE", ...))``;
-pass it in ``log_item_traces(..., assessors=(*DEFAULT_ASSESSORS, judge))``."""
+pass it in ``log_item_trace(ctx, landed, assessors=(*DEFAULT_ASSESSORS, judge))``."""
 
 
 def outcome(item: ItemResult) -> str:

@@ -12,13 +12,13 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspy_for.experiments import tracking
+from dspy_for.experiments.tracking import store as tracking
 from dspy_for.secrets import hide_password
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.sweep_spec import SweepSpec
+    from dspy_for.experiments.sweeps.spec import SweepSpec
 
-__all__ = ["finish_parent", "hide_password", "log_trial", "start_parent"]
+__all__ = ["finish_parent", "finish_trial", "hide_password", "start_parent", "start_trial"]
 
 
 def _client(spec: SweepSpec) -> tuple[Any, str]:
@@ -53,35 +53,36 @@ def start_parent(spec: SweepSpec) -> str:
     return run.info.run_id
 
 
-def log_trial(
-    spec: SweepSpec, study: Any, number: int, parent_run_id: str | None, *, error: str | None = None
-) -> str | None:
-    """The trial's nested run (params, steps, values, state, usage); returns its id."""
+def start_trial(spec: SweepSpec, number: int, parent_run_id: str | None) -> str | None:
+    """The trial's nested run, created when the trial starts so its items stream into it as traces; its id."""
     if parent_run_id is None:
         return None
     client, exp_id = _client(spec)
+    tags = {"mlflow.parentRunId": parent_run_id, "dspy_for.study": spec.study, "dspy_for.trial": str(number)}
+    return str(client.create_run(exp_id, run_name=f"trial-{number}", tags=tags).info.run_id)
+
+
+def finish_trial(
+    spec: SweepSpec, study: Any, number: int, run_id: str | None, *, error: str | None = None, killed: bool = False
+) -> None:
+    """The trial's params, intermediate values as steps, final values, state and usage; then its end status
+    (FAILED for a failed trial, KILLED for one a Ctrl-C or SIGTERM stopped)."""
+    if run_id is None:
+        return
+    client, _ = _client(spec)
     trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
-    run = client.create_run(
-        exp_id,
-        run_name=f"trial-{number}",
-        tags={
-            "mlflow.parentRunId": parent_run_id,
-            "dspy_for.study": spec.study,
-            "dspy_for.trial": str(number),
-            "dspy_for.state": trial.state.name,
-            **({"retry_of": str(trial.user_attrs["retry_of"])} if "retry_of" in trial.user_attrs else {}),
-        },
-    )
-    rid = run.info.run_id
+    client.set_tag(run_id, "dspy_for.state", trial.state.name)
+    if "retry_of" in trial.user_attrs:
+        client.set_tag(run_id, "retry_of", str(trial.user_attrs["retry_of"]))
     method = spec.decode(trial.params)[0] if trial.params else spec.method
     for k, v in tracking.safe_params({"params": trial.params, "method": method}).items():
-        client.log_param(rid, k, v)
+        client.log_param(run_id, k, v)
     for step, value in enumerate(trial.user_attrs.get("intermediate", [])):
-        client.log_metric(rid, f"intermediate_{spec.objectives[0]}", value, step=step)
+        client.log_metric(run_id, f"intermediate_{spec.objectives[0]}", value, step=step)
     if trial.values:
-        client.log_metric(rid, _metric(spec.objectives[0]), trial.values[0])
+        client.log_metric(run_id, _metric(spec.objectives[0]), trial.values[0])
         if len(trial.values) > 1:
-            client.log_metric(rid, _metric(spec.objectives[1]), trial.values[1])
+            client.log_metric(run_id, _metric(spec.objectives[1]), trial.values[1])
     for key in (
         "tokens_per_item",
         "spent_tokens",
@@ -93,12 +94,12 @@ def log_trial(
         "compile_tokens",
         "compile_calls",
     ):
-        if key in trial.user_attrs:
-            client.log_metric(rid, key, float(trial.user_attrs[key]))
+        if trial.user_attrs.get(key) is not None:
+            client.log_metric(run_id, key, float(trial.user_attrs[key]))
     if error:
-        client.set_tag(rid, "error", tracking.redact(error)[:5000])
-    client.set_terminated(rid, status="FAILED" if trial.state.name == "FAIL" else "FINISHED")
-    return str(rid)
+        client.set_tag(run_id, "error", tracking.redact(error)[:5000])
+    status = "KILLED" if killed else "FAILED" if trial.state.name == "FAIL" else "FINISHED"
+    client.set_terminated(run_id, status=status)
 
 
 def _metric(objective: str) -> str:

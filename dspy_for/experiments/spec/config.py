@@ -1,4 +1,4 @@
-"""Configs and flags → a run specification (:mod:`dspy_for.experiments.spec`), validated before anything runs.
+"""Configs and flags → a run specification (:mod:`dspy_for.experiments.spec.model`), validated before anything runs.
 
 Comparison config layout (see ``experiments/*.toml``)::
 
@@ -32,15 +32,15 @@ from __future__ import annotations
 
 import copy
 import tomllib
-from collections.abc import Iterable, Mapping
-from dataclasses import fields
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dspy
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.spec import (
+from dspy_for.experiments.spec.model import (
     DatasetConfig,
     ExperimentSpec,
     JudgeConfig,
@@ -51,6 +51,7 @@ from dspy_for.experiments.spec import (
 from dspy_for.secrets import is_secret_key
 
 __all__ = [
+    "Overrides",
     "apply_overrides",
     "load_spec",
     "parse_dataset",
@@ -97,66 +98,124 @@ def _parse(data: dict[str, Any], where: str) -> ExperimentSpec:
     return ExperimentSpec(datasets=datasets, methods=methods, judge=judge, **data)
 
 
-def load_spec(path: str | Path | ExperimentSpec | None = None, **overrides: Any) -> ExperimentSpec:
-    """A comparison spec from a TOML config, an :class:`ExperimentSpec` (copied) or nothing, with flag-style
-    overrides applied (see :func:`apply_overrides`), validated.
+@dataclass(frozen=True, kw_only=True)
+class Overrides:
+    """Flag-style changes to a spec, one typed field per flag (None: not given). The CLI builds one from its
+    options; the Python API's keyword arguments (``compare(config, first=10)``) become one; both are applied by
+    :func:`apply_overrides`, so a flag means the same thing in every command."""
 
-    Comparison-only overrides: ``dataset`` (replaces the list), ``methods`` (list or "a,b,c" of labels or
-    method names), ``baseline``, ``match_budget``.
-    """
+    # the LMs of every role and their options (the spec's own are merged, not replaced)
+    lm: LMSpec | None = None
+    role_lms: Mapping[str, LMSpec] | Sequence[str] | None = None  # {"debater": spec} or ["debater=spec", ...]
+    lm_options: Mapping[str, Any] | Sequence[str] | None = None  # {"timeout": 60} or ["timeout=60", ...]
+    role_lm_options: Mapping[str, Mapping[str, Any]] | Sequence[str] | None = None  # or ["host:timeout=60", ...]
+    judge_lm: LMSpec | None = None  # sets (or replaces the LM of) the [judge]
+    max_tokens: int | None = None
+    cache: bool | None = None
+    seed: int | None = None
+    num_threads: int | None = None
+    # tracking and results
+    experiment: str | None = None
+    tracking_uri: str | None = None
+    results_dir: str | None = None
+    autolog: bool | None = None
+    # every dataset of the run
+    data_dir: str | None = None
+    split: str | None = None
+    limit: int | None = None
+    first: int | None = None
+    # comparisons only
+    dataset: str | None = None  # replaces the list of datasets
+    methods: str | Sequence[str] | None = None  # "a,b,c" or a list: labels of the config's methods or method names
+    baseline: str | None = None
+    match_budget: bool | None = None
+    # sweeps only
+    n_trials: int | None = None
+    storage: str | None = None
+    study: str | None = None
+
+    @classmethod
+    def of(cls, overrides: Mapping[str, Any]) -> Overrides:
+        """Keyword arguments → :class:`Overrides`; an unknown name fails with the list of known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"Unknown override `{unknown[0]}`. Allowed: {', '.join(sorted(known))}.")
+        return cls(**overrides)
+
+
+_COMPARE_ONLY = ("dataset", "methods", "baseline", "match_budget")
+_SWEEP_ONLY = ("n_trials", "storage", "study")
+#: overrides that set the spec field of the same name
+_FIELDS = ("lm", "max_tokens", "cache", "seed", "num_threads", "experiment", "tracking_uri", "results_dir", "autolog")
+
+
+def load_spec(
+    path: str | Path | ExperimentSpec | None = None, overrides: Overrides | None = None, **kwargs: Any
+) -> ExperimentSpec:
+    """A comparison spec from a TOML config, an :class:`ExperimentSpec` (copied) or nothing, with ``overrides``
+    (or the same as keyword arguments) applied, validated."""
     if isinstance(path, ExperimentSpec):
         spec = path.copy()
     else:
         data = read_toml(path, "Config file", "experiments/*.toml") if path is not None else {}
         spec = _parse(data, f"`{path}`" if path is not None else "the config")
-    o = {k: v for k, v in overrides.items() if v is not None}
-    if "dataset" in o:
-        spec.datasets = [DatasetConfig(name=o.pop("dataset"), split=o.get("split", "test"))]
-    if "methods" in o:
-        wanted = o.pop("methods")
-        wanted = [w.strip() for w in wanted.split(",") if w.strip()] if isinstance(wanted, str) else list(wanted)
-        by_label = {m.label: m for m in spec.methods}
-        by_name = {m.name: m for m in spec.methods}
-        spec.methods = [by_label.get(w) or by_name.get(w) or MethodConfig(name=w) for w in wanted]
-    apply_overrides(spec, o)
+    spec = apply_overrides(spec, overrides or Overrides.of(kwargs))
     if spec.baseline is None and spec.methods:
         labels = [m.label for m in spec.methods]
         spec.baseline = "cot" if "cot" in labels else labels[0]
     return spec.validate()
 
 
-def apply_overrides(spec: RunSpec, overrides: Mapping[str, Any]) -> None:
-    """Apply flag-style overrides (None = not given) to ``spec`` in place — one meaning for every command.
+_Spec = TypeVar("_Spec", bound=RunSpec)
 
-    ``split``, ``limit``, ``first``, ``data_dir`` apply to every dataset; ``judge_lm`` sets (or replaces the
-    LM of) the ``[judge]``; ``role_lms`` (dict or
-    ["ROLE=SPEC", ...]), ``lm_options`` (dict or ["KEY=VALUE", ...]) and ``role_lm_options`` (dict or
-    ["ROLE:KEY=VALUE", ...]) merge into the spec's; any other key must be a field of the spec.
-    """
-    allowed = {f.name for f in fields(spec)}
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key in ("split", "limit", "first", "data_dir"):
-            for d in spec.dataset_configs():
-                setattr(d, key, value)
-        elif key == "role_lms":
-            spec.role_lms = {**spec.role_lms, **parse_role_lms(value)}
-        elif key == "lm_options":
-            spec.lm_options = {**spec.lm_options, **parse_lm_options(value)}
-        elif key == "judge_lm":
-            spec.judge = JudgeConfig(
-                lm=value,
-                rubrics=spec.judge.rubrics if spec.judge else [],
-                verify=spec.judge.verify if spec.judge else True,
-            )
-        elif key == "role_lm_options":
-            for r, opts in parse_role_lm_options(value).items():
-                spec.role_lm_options[r] = {**spec.role_lm_options.get(r, {}), **opts}
-        elif key in allowed:
-            setattr(spec, key, value)
-        else:
-            raise ConfigError(f"Unknown override `{key}`. Allowed: {', '.join(sorted(allowed))}.")
+
+def apply_overrides(spec: _Spec, o: Overrides) -> _Spec:
+    """``spec`` with the overrides ``o`` applied (a new spec; see :class:`Overrides`)."""
+    given = {f.name for f in fields(o) if getattr(o, f.name) is not None}
+    wrong = sorted(given & set(_SWEEP_ONLY if isinstance(spec, ExperimentSpec) else _COMPARE_ONLY))
+    if wrong:
+        kind = "sweeps" if isinstance(spec, ExperimentSpec) else "comparisons"
+        raise ConfigError(f"`{wrong[0]}` applies to {kind} only: drop it here.")
+    changes: dict[str, Any] = {name: getattr(o, name) for name in _FIELDS if name in given}
+    changes.update({name: getattr(o, name) for name in _SWEEP_ONLY if name in given})
+    if o.role_lms is not None:
+        changes["role_lms"] = {**spec.role_lms, **parse_role_lms(o.role_lms)}
+    if o.lm_options is not None:
+        changes["lm_options"] = {**spec.lm_options, **parse_lm_options(o.lm_options)}
+    if o.role_lm_options is not None:
+        merged = {r: dict(v) for r, v in spec.role_lm_options.items()}
+        for r, opts in parse_role_lm_options(o.role_lm_options).items():
+            merged[r] = {**merged.get(r, {}), **opts}
+        changes["role_lm_options"] = merged
+    if o.judge_lm is not None:
+        old = spec.judge
+        changes["judge"] = JudgeConfig(
+            lm=o.judge_lm, rubrics=old.rubrics if old else [], verify=old.verify if old else True
+        )
+    if isinstance(spec, ExperimentSpec):
+        changes.update(_compare_changes(spec, o))
+    spec = replace(spec, **changes)
+    slicing = {"split": o.split, "limit": o.limit, "first": o.first, "data_dir": o.data_dir}
+    slicing = {k: v for k, v in slicing.items() if v is not None}
+    return spec.with_datasets(**slicing) if slicing else spec
+
+
+def _compare_changes(spec: ExperimentSpec, o: Overrides) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if o.dataset is not None:
+        out["datasets"] = [DatasetConfig(name=o.dataset, split=o.split or "test")]
+    if o.methods is not None:
+        wanted = o.methods
+        wanted = [w.strip() for w in wanted.split(",") if w.strip()] if isinstance(wanted, str) else list(wanted)
+        by_label = {m.label: m for m in spec.methods}
+        by_name = {m.name: m for m in spec.methods}
+        out["methods"] = [by_label.get(w) or by_name.get(w) or MethodConfig(name=w) for w in wanted]
+    if o.baseline is not None:
+        out["baseline"] = o.baseline
+    if o.match_budget is not None:
+        out["match_budget"] = o.match_budget
+    return out
 
 
 def read_toml(path: str | Path, what: str, examples: str) -> dict[str, Any]:

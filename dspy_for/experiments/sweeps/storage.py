@@ -20,7 +20,7 @@ from typing import Any
 
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError, MissingDependencyError
-from dspy_for.experiments.sweep_spec import OBJECTIVES, SweepSpec
+from dspy_for.experiments.sweeps.spec import OBJECTIVES, SweepSpec
 from dspy_for.secrets import hide_password
 
 __all__ = ["HOST", "counted", "lock_path", "make_storage", "open_study", "recover_stale", "requeue_failed"]

@@ -4,20 +4,20 @@ of every range — before any trial runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.config import apply_overrides, parse_dataset, parse_judge, read_toml
 from dspy_for.experiments.methods import get_method
-from dspy_for.experiments.search_space import (
+from dspy_for.experiments.spec.config import Overrides, apply_overrides, parse_dataset, parse_judge, read_toml
+from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, RunSpec
+from dspy_for.experiments.sweeps.search_space import (
     MethodChoice,
     SearchSpace,
     parse_method_choice,
     parse_search_space,
 )
-from dspy_for.experiments.spec import DatasetConfig, MethodConfig, RunSpec
 from dspy_for.optimizers import COMPILERS
 
 __all__ = ["OBJECTIVES", "SweepSpec", "load_sweep_spec"]
@@ -73,6 +73,9 @@ class SweepSpec(RunSpec):
 
     def dataset_configs(self) -> list[DatasetConfig]:
         return [self.dataset]
+
+    def with_datasets(self, **changes: Any) -> SweepSpec:
+        return replace(self, dataset=replace(self.dataset, **changes))
 
     def method_roles(self) -> set[str]:
         return {r for m in self.methods for r in get_method(m).roles}
@@ -178,9 +181,11 @@ def _check_range_ends(spec: SweepSpec, space: SearchSpace | MethodChoice) -> Non
 _KEYS = {f.name for f in fields(SweepSpec)}
 
 
-def load_sweep_spec(path: str | Path | SweepSpec | None = None, **overrides: Any) -> SweepSpec:
-    """A sweep config (TOML) or a :class:`SweepSpec` (copied), plus CLI-style overrides (see
-    :func:`~dspy_for.experiments.spec.apply_overrides`) → a validated :class:`SweepSpec`."""
+def load_sweep_spec(
+    path: str | Path | SweepSpec | None = None, overrides: Overrides | None = None, **kwargs: Any
+) -> SweepSpec:
+    """A sweep config (TOML) or a :class:`SweepSpec` (copied), plus overrides (an
+    :class:`~dspy_for.experiments.spec.config.Overrides` or the same as keyword arguments) → a validated spec."""
     if isinstance(path, SweepSpec):
         spec = path.copy()
     else:
@@ -193,5 +198,4 @@ def load_sweep_spec(path: str | Path | SweepSpec | None = None, **overrides: Any
         dataset = parse_dataset(data.pop("dataset"), "[dataset]", defaults={"split": "val"})
         judge = parse_judge(data.pop("judge", None), "the sweep config")
         spec = SweepSpec(dataset=dataset, judge=judge, **data)
-    apply_overrides(spec, overrides)
-    return spec.validate()
+    return apply_overrides(spec, overrides or Overrides.of(kwargs)).validate()

@@ -1,10 +1,10 @@
 """One typed run specification: a TOML config, CLI flags or a Python object all become a validated spec
-before anything runs (:mod:`dspy_for.experiments.config` reads configs and flags), so ``compare``, every
-sweep trial, ``--final-test`` and the measurement scripts take one path (:mod:`dspy_for.experiments.run`).
+before anything runs (:mod:`dspy_for.experiments.spec.config` reads configs and flags), so ``compare``, every
+sweep trial, ``--final-test`` and the measurement scripts take one path (:mod:`dspy_for.experiments.core.run`).
 
 :class:`RunSpec` is the core every run shares (LMs per role and their options, sampling, threads,
 tracking, results, an optional judge); :class:`ExperimentSpec` adds datasets × methods for ``compare``;
-:class:`~dspy_for.experiments.sweep_spec.SweepSpec` adds a search space, objectives and storage.
+:class:`~dspy_for.experiments.sweeps.spec.SweepSpec` adds a search space, objectives and storage.
 API keys never go in a spec: they come from the environment (``OPENAI_API_KEY``, ...).
 """
 
@@ -14,7 +14,7 @@ import copy
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import dspy
@@ -151,6 +151,10 @@ class RunSpec:
     # ------------------------------------------------------------------------------------- datasets
 
     def dataset_configs(self) -> list[DatasetConfig]:
+        raise NotImplementedError
+
+    def with_datasets(self: _S, **changes: Any) -> _S:
+        """This spec with ``changes`` (``split``, ``limit``, ``first``, ``data_dir``) made to every dataset."""
         raise NotImplementedError
 
     def method_roles(self) -> set[str]:
@@ -303,6 +307,9 @@ class ExperimentSpec(RunSpec):
 
     def dataset_configs(self) -> list[DatasetConfig]:
         return self.datasets
+
+    def with_datasets(self, **changes: Any) -> ExperimentSpec:
+        return replace(self, datasets=[replace(d, **changes) for d in self.datasets])
 
     def method_roles(self) -> set[str]:
         return {r for m in self.methods for r in get_method(m.name).roles}

@@ -1,0 +1,171 @@
+"""A spec becomes a prepared run: examples, metric, signature, the LM of every role, the program, an optional
+compile step and judge — built once, before any item runs::
+
+    run = prepare_run(spec, dataset, method)   # then dspy_for.experiments.core.run.evaluate(run, ...)
+
+``compare``, every sweep trial, the sweep's final test, ``ask`` and the measurement scripts all prepare their
+runs here, so an option, a slice, an LM, a compile step and a judge mean the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from dspy_for.datasets import signature_for
+from dspy_for.experiments.core.compile_step import compile_for_run, compile_settings
+from dspy_for.experiments.methods import build_method, get_method
+from dspy_for.experiments.spec.config import Overrides, load_spec
+from dspy_for.experiments.spec.model import DatasetConfig, LMSpec, MethodConfig, RunSpec, load_examples
+from dspy_for.experiments.spec.model import prompts_fingerprint as prompts_fingerprint
+from dspy_for.judges import RUBRICS, Judge
+from dspy_for.lm import make_lm
+from dspy_for.metrics import metric_for
+
+__all__ = ["PreparedRun", "build_lms", "prepare_program", "prepare_run", "role_lm", "with_options"]
+
+Metric = Callable[..., Any]
+
+
+@dataclass
+class PreparedRun:
+    """Everything one method needs to run on one dataset, built once from the spec (never changed after)."""
+
+    spec: RunSpec
+    dataset: DatasetConfig
+    method: MethodConfig
+    options: dict[str, Any]  # the method's own options (an LM temperature is on the LMs)
+    examples: list[dspy.Example]
+    metric: Metric
+    signature: str
+    lm: dspy.BaseLM  # the default LM (what roles without their own use; also dspy.context's)
+    role_lms: dict[str, dspy.BaseLM]
+    program: dspy.Module
+    uses_labels: bool
+    key: str  # names the per-item results (see RunSpec.item_key)
+    compile_usage: dict[str, Any] | None = None
+    judge: Judge | None = None  # grades every scored item (the spec's [judge]); its calls are role `judge`
+    judge_name: str = ""  # the judge's LM as recorded with each verdict (a verdict by another judge is redone)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return get_method(self.method.name).roles
+
+
+def role_lm(spec: RunSpec, lm: LMSpec, role_name: str | None, temperature: float | None = None) -> dspy.BaseLM:
+    """The one place a run builds an LM: ``lm`` (a spec string, or a user's LM object used as is) with the run's
+    ``max_tokens``, cache and the LM options of ``role_name`` (None: the options every role shares)."""
+    if isinstance(lm, dspy.BaseLM):
+        return lm.copy(temperature=temperature) if temperature is not None else lm
+    options = spec.lm_options_for(role_name) if role_name else spec.lm_options
+    opts = {"max_tokens": spec.max_tokens, "cache": spec.cache, **options}
+    if temperature is not None:
+        opts["temperature"] = temperature
+    return make_lm(lm, **opts)
+
+
+def build_lms(
+    spec: RunSpec, method: MethodConfig, temperature: float | None = None
+) -> tuple[dspy.BaseLM, dict[str, dspy.BaseLM]]:
+    """The LM of every role of ``method`` (and the run's default LM), each built once per distinct setting."""
+    built: dict[str, dspy.BaseLM] = {}
+
+    def make(lm: LMSpec, role_name: str | None) -> dspy.BaseLM:
+        options = spec.lm_options_for(role_name) if role_name else spec.lm_options
+        key = json.dumps([lm if isinstance(lm, str) else id(lm), options], sort_keys=True, default=str)
+        if key not in built:
+            built[key] = role_lm(spec, lm, role_name, temperature)
+        return built[key]
+
+    default = make(spec.lm, None)
+    roles = get_method(method.name).roles
+    return default, {r: make(spec.lm_for(r, method.role_lms), r) for r in roles}
+
+
+def prepare_program(method: str, signature: str, options: dict[str, Any], overrides: Overrides) -> dspy.Module:
+    """One method's program for ``signature`` (``ask``): the spec built from ``overrides`` and validated like any
+    run's — unknown options, roles and LM specs fail here, before any LM is built — and the LM of every role built
+    by :func:`build_lms`, as in every run."""
+    spec = load_spec(None, replace(overrides, dataset="gsm8k", split="sample", methods=[method]))
+    registered = get_method(method)
+    own, temperature = registered.split_options(options)
+    own = registered.validate_options(own)
+    default, role_lms = build_lms(spec, spec.methods[0], temperature)
+    return build_method(method, signature, lm=default, role_lms=role_lms, **own)
+
+
+def prepare_run(
+    spec: RunSpec,
+    dataset: DatasetConfig,
+    method: MethodConfig,
+    *,
+    examples: list[dspy.Example] | None = None,
+    compile_dir: Path | None = None,
+) -> PreparedRun:
+    """Build one method's run: its examples, metric, signature, LM per role, program, compile step and judge.
+
+    ``examples`` (default: :func:`load_examples` of ``dataset``) may be passed when the caller has them.
+    ``compile_dir``: where a compiled program is kept, so a resumed run does not compile again.
+    """
+    registered = get_method(method.name)
+    options, temperature = registered.split_options(method.options)
+    options = registered.validate_options(options)
+    sig = signature_for(dataset.name)
+    metric = metric_for(dataset.name)
+    default, role_lms = build_lms(spec, method, temperature)
+    program = build_method(method.name, sig, lm=default, role_lms=role_lms, **options)
+    key = spec.item_key(
+        dataset, method, method.options, registered.roles, prompts_fingerprint(program), registered.revision
+    )
+    examples = examples if examples is not None else load_examples(dataset)
+    compile_usage = None
+    if method.compile:
+        optimizer_lm = role_lm(spec, compile_settings(method).get("optimizer_lm", spec.lm), "optimizer")
+        cached = compile_dir / f"{method.label}.{key}.compiled.json" if compile_dir else None
+        program, compile_usage = compile_for_run(
+            program, method, dataset, metric=metric, seed=spec.seed, optimizer_lm=optimizer_lm, cached=cached
+        )
+    judge, judge_name = _judge(spec, metric)
+    return PreparedRun(
+        spec=spec,
+        dataset=dataset,
+        method=method,
+        options=options,
+        examples=examples,
+        metric=metric,
+        signature=sig,
+        lm=default,
+        role_lms=role_lms,
+        program=program,
+        uses_labels=registered.uses_labels(options),
+        key=key,
+        compile_usage=compile_usage,
+        judge=judge,
+        judge_name=judge_name,
+    )
+
+
+def _judge(spec: RunSpec, metric: Metric) -> tuple[Judge | None, str]:
+    """The spec's judge, and its name as recorded with each verdict: a verdict is reused only from this judge
+    (the same LM and the same grading prompt)."""
+    if spec.judge is None:
+        return None, ""
+    judge = Judge(role_lm(spec, spec.judge.lm, "judge"), fallback=metric, rubrics=spec.judge.rubrics or RUBRICS)
+    name = json.dumps(
+        {
+            **spec.role_settings(["judge"], {"judge": spec.judge.lm}),
+            "prompt": prompts_fingerprint(judge.predictor),
+        },
+        sort_keys=True,
+    )
+    return judge, name
+
+
+def with_options(method: MethodConfig, options: dict[str, Any]) -> MethodConfig:
+    """``method`` with other options (e.g. sized to a matched budget), same label and LMs."""
+    return replace(method, options=dict(options))

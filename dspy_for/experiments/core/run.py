@@ -1,0 +1,262 @@
+"""The run core: items stream through the method, and each finished record lands, at once, in every sink::
+
+    with Evaluation(run, store=store, sinks=[mlflow_sink]) as ev:   # sinks close on every exit: FINISHED,
+        ev.feed(run.examples, stop=rule)                           #   FAILED, or KILLED (Ctrl-C, SIGTERM)
+    result = ev.result                                             # one MethodResult, in the order fed
+
+Per item: a record already in the results store (matched by content) is reused; otherwise the program runs
+inside its own usage block → record {inputs, gold, prediction, score | error, usage by role, trajectory} →
+the judge → the store → every sink → the stop rule. An item ends scored, unparsed (scored 0) or failed (an
+error, left out of accuracy; see :mod:`~dspy_for.experiments.core.records`); one failing item never stops the
+others. ``feed`` may be called again with more items (a sweep's chunks, a sequential comparison's batches).
+
+The driver is a plain executor, not ``dspy.Evaluate``: Evaluate reports items only through its metric and its
+own progress line (a failed item as a 0), needs an index slipped into the inputs to tell items apart, and
+answers Ctrl-C by returning the partial result as if the run had finished. Here each item is one function
+call whose record streams out as it finishes; metrics stay DSPy metrics (``metric(example, prediction)``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Any
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+
+from dspy_for.datasets import content_key
+from dspy_for.experiments.core.judging import judge_item
+from dspy_for.experiments.core.prepare import PreparedRun
+from dspy_for.experiments.core.records import ItemResult, MethodResult
+from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, sigterm_as_interrupt
+from dspy_for.experiments.core.store import ResultStore
+from dspy_for.lm.usage import CallRecord, role, track_usage
+from dspy_for.secrets import redact
+
+__all__ = ["Evaluation", "evaluate"]
+
+
+def evaluate(
+    run: PreparedRun,
+    examples: Iterable[dspy.Example] | None = None,
+    *,
+    store: ResultStore | None = None,
+    sinks: Sequence[Sink] = (),
+    progress: bool = True,
+    stop: StopRule | None = None,
+    origin: str | None = None,
+) -> MethodResult:
+    """Run ``run.program`` on ``examples`` (default ``run.examples``) and return one record per item, in order
+    (see the module docstring). With ``store``, records are kept as they land and items already in it are reused."""
+    with Evaluation(run, store=store, sinks=sinks, progress=progress, origin=origin) as ev:
+        ev.feed(run.examples if examples is None else examples, stop=stop)
+    return ev.result
+
+
+class Evaluation:
+    """One method on one dataset as a stream of records (see the module docstring). ``origin`` names the run
+    that produces the new records (an MLflow run id), kept in each one so a later reuse can point to it."""
+
+    def __init__(
+        self,
+        run: PreparedRun,
+        *,
+        store: ResultStore | None = None,
+        sinks: Sequence[Sink] = (),
+        progress: bool = True,
+        origin: str | None = None,
+    ) -> None:
+        self.run, self.origin = run, origin
+        self.stored = store.load() if store is not None else {}
+        self.progress = ProgressBar(run.method.label, progress)
+        self.sinks: list[Sink] = [*([store] if store is not None else []), *sinks, self.progress]
+        self.status: RunStatus | None = None
+        self._items: dict[str, ItemResult] = {}  # landed, by content key
+        self._order: list[str] = []  # content keys in the order fed
+        self._reused_keys: set[str] = set()
+        self._start = time.perf_counter()
+
+    # ------------------------------------------------------------------------------------------ feed
+
+    def feed(self, examples: Iterable[dspy.Example], stop: StopRule | None = None) -> list[ItemResult]:
+        """Run ``examples`` (those not yet landed in this evaluation) and return their records in order; with
+        ``stop``, no item starts once it returns True (what landed stays, what did not run is left out)."""
+        new = [ex for ex in examples if _key(ex) not in self._items]
+        fresh = [ex for ex in new if _key(ex) not in self.stored]
+        self.progress.expect(len(fresh))
+        with sigterm_as_interrupt():
+            stopped = False
+            for ex in new:
+                if _key(ex) in self.stored:
+                    self._order.append(_key(ex))
+                    self._land(self._reused(self.stored[_key(ex)]), (), reused=True)
+                    if stop is not None and stop(self.result):
+                        stopped = True
+                        break
+            if not stopped:
+                self._order.extend(_key(ex) for ex in fresh)
+                for record, calls in self._stream(fresh):
+                    self._land(record, calls, reused=False)
+                    if stop is not None and stop(self.result):
+                        break
+        self._order = [k for k in self._order if k in self._items]  # a stopped feed: what did not run is left out
+        return [self._items[_key(ex)] for ex in new if _key(ex) in self._items]
+
+    @property
+    def result(self) -> MethodResult:
+        items = [self._items[k] for k in self._order if k in self._items]
+        reused = sum(self._items[k].wall_time for k in self._reused_keys)
+        return MethodResult(
+            label=self.run.method.label, items=items, wall_time=time.perf_counter() - self._start, reused_time=reused
+        )
+
+    # ----------------------------------------------------------------------------------------- close
+
+    def close(self, status: RunStatus | None = None) -> None:
+        """Close every sink once with the whole result (``status`` default: FAILED when every item failed)."""
+        if self.status is not None:
+            return
+        result = self.result
+        self.status = status or ("FAILED" if result.all_failed else "FINISHED")
+        for sink in self.sinks:
+            sink.close(result, self.status)
+
+    def __enter__(self) -> Evaluation:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.close("KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED")
+
+    # ------------------------------------------------------------------------------------------- items
+
+    def _stream(self, examples: list[dspy.Example]) -> Iterator[tuple[ItemResult, list[CallRecord]]]:
+        """Each item's (record, LM calls) as it finishes: in this thread with one thread (Ctrl-C then stops the
+        LM call at once), else on ``num_threads`` workers, each in a copy of this context (DSPy's settings)."""
+        threads = self.run.spec.num_threads
+        if threads <= 1 or len(examples) <= 1:
+            for ex in examples:
+                yield self._run_item(ex)
+            return
+        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dspy-for-item")
+        pending: set[Future[tuple[ItemResult, list[CallRecord]]]] = {
+            pool.submit(contextvars.copy_context().run, self._run_item, ex) for ex in examples
+        }
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+        finally:  # stopped or interrupted: start nothing more; items already running end in the background
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run_item(self, example: dspy.Example) -> tuple[ItemResult, list[CallRecord]]:
+        """Run the program on one item and score it; never raises (a failing item must not lose the others)."""
+        run = self.run
+        started, t0 = time.time(), time.perf_counter()
+        outcome = _Outcome()
+        pred = dspy.Prediction()
+        with dspy.context(lm=run.lm), track_usage() as usage, role("task"):
+            try:
+                call = {**example.inputs(), "gold": example} if run.uses_labels else dict(example.inputs())
+                pred = run.program(**call)
+            except AdapterParseError:  # the model answered, unreadably: a wrong answer, not an error
+                outcome.unparsed = True
+            except Exception as exc:  # an LM call failed (after retries) or the method raised: an error
+                outcome.error, outcome.error_class = redact(f"{type(exc).__name__}: {exc}"), type(exc).__name__
+        failed_calls = [c for c in usage.calls if not c.ok]
+        if outcome.error is None and failed_calls:  # the method swallowed a failed LM call: its answer is not trusted
+            outcome.error_class = failed_calls[0].error or "LMError"
+            outcome.error = f"{outcome.error_class}: {len(failed_calls)} LM call(s) failed inside the method"
+        outcome.usage, outcome.wall_time = usage.to_dict(), time.perf_counter() - t0
+        record = replace(_record(example, pred, outcome, run.metric), started_at=started, origin=self.origin)
+        calls = list(usage.calls)
+        if run.judge is not None:
+            with track_usage() as judge_usage:
+                record = judge_item(run.judge, run.judge_name, record, example)
+            calls += judge_usage.calls
+        return record, calls
+
+    def _reused(self, stored: ItemResult) -> ItemResult:
+        """A stored record as this run uses it: graded by this run's judge if it has none of its verdicts yet,
+        and without a verdict when this run has no judge (it stays in the store, out of this run's numbers)."""
+        run = self.run
+        if run.judge is None:
+            return replace(stored, judge=None, judge_usage={}) if stored.judge is not None else stored
+        example = next((ex for ex in run.examples if _key(ex) == stored.key), None)
+        example = example or dspy.Example(question=stored.question, answer=stored.gold).with_inputs("question")
+        return judge_item(run.judge, run.judge_name, stored, example)
+
+    def _land(self, record: ItemResult, calls: Sequence[CallRecord], *, reused: bool) -> None:
+        changed = not reused or record.judge != self.stored[record.key].judge
+        self._items[record.key] = record
+        (self._reused_keys.add if reused else self._reused_keys.discard)(record.key)
+        landed = Landed(record, tuple(calls), reused=reused, changed=changed)
+        for sink in self.sinks:
+            sink.add(landed)
+
+
+@dataclass
+class _Outcome:
+    """What running one item produced besides its prediction."""
+
+    usage: dict[str, dict[str, float]] | None = None
+    wall_time: float = 0.0
+    error: str | None = None
+    error_class: str | None = None
+    unparsed: bool = False
+
+
+def _key(example: dspy.Example) -> str:
+    return content_key(example.get("question"), example.get("answer"))
+
+
+_SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}
+
+
+def _record(example: dspy.Example, pred: dspy.Prediction, outcome: _Outcome, metric: Any) -> ItemResult:
+    error, error_class, score = outcome.error, outcome.error_class, 0.0
+    if error is None and not outcome.unparsed:
+        try:
+            score = float(metric(example, pred))
+        except Exception as exc:  # a metric that cannot read the answer: a bug to see, not a wrong answer
+            error, error_class = f"metric failed: {type(exc).__name__}: {exc}", type(exc).__name__
+    stats = pred.get("stats") if error is None else None
+    return ItemResult(
+        id=str(example.get("id")),
+        question=str(example.get("question", "")),
+        gold=example.get("answer"),
+        prediction=_jsonable_fields(pred),
+        score=score,
+        error=error,
+        usage=outcome.usage or {},
+        trajectory=pred.get("trajectory"),
+        answers_by_round=pred.get("answers_by_round"),
+        stats={k: float(v) for k, v in (stats or {}).items()},
+        wall_time=outcome.wall_time,
+        error_class=error_class,
+        unparsed=outcome.unparsed,
+    )
+
+
+def _jsonable_fields(pred: dspy.Prediction) -> dict[str, Any]:
+    out = {}
+    for k, v in pred.items():
+        if k in _SKIP_FIELDS or k.startswith("_"):
+            continue
+        try:
+            json.dumps(v)
+            out[k] = v
+        except TypeError:
+            out[k] = str(v)
+    return out

@@ -1,0 +1,216 @@
+"""One record-to-summary function: :func:`summarize` turns one method's records into the numbers every reader
+uses — the comparison table, MLflow metrics, a sweep trial's objective and user attributes, and the final test.
+
+Numbers are over the *scored* items only; failed items are errors, counted apart and never a score. When no
+item was scored, accuracy, its interval and every cost are ``None`` (absent), never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dspy_for.experiments.core.records import MethodResult
+from dspy_for.stats import bootstrap_interval, cohens_kappa, mean_with_ci, paired_comparison
+
+__all__ = ["JUDGE_SCORES", "Paired", "Summary", "judge_summary", "summarize"]
+
+JUDGE_SCORES = ("judged_accuracy", "quality.reasoning", "quality.coherence", "quality.holistic")
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A method against the baseline on the items both scored (matched by content)."""
+
+    diff: float
+    low: float
+    high: float
+    p_value: float
+    n: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One method's numbers (see the module docstring)."""
+
+    label: str
+    n: int  # scored items
+    failed: int
+    unparsed: int
+    accuracy: float | None
+    ci_low: float | None
+    ci_high: float | None
+    tokens_per_item: float | None  # served tokens (spent + from cache): what a cold run costs
+    calls_per_item: float | None
+    tokens_per_item_by_role: dict[str, float]
+    spent_tokens: int  # spent now (not served from cache), over the scored items
+    cached_tokens: int
+    calls: int
+    wall_time: float  # including the original time of reused records
+    reused_time: float
+    stats: dict[str, float]
+    errors: dict[str, int]
+    judge: dict[str, Any] = field(default_factory=dict)
+    vs_baseline: Paired | None = None
+    role_collapse_rate: float | None = None
+    per_role: dict[str, dict[str, float]] = field(default_factory=dict)  # per scored item: served/spent/cached, calls
+
+    @property
+    def measured(self) -> bool:
+        return self.n > 0
+
+    def metrics(self) -> dict[str, float]:
+        """MLflow metrics: every measured number; with nothing scored, only the counts."""
+        if not self.measured:
+            return {"n": 0.0, "failed_items": float(self.failed)}
+        assert self.accuracy is not None and self.ci_low is not None and self.ci_high is not None
+        out = {
+            "accuracy": self.accuracy,
+            "accuracy_ci_low": self.ci_low,
+            "accuracy_ci_high": self.ci_high,
+            "n": float(self.n),
+            "failed_items": float(self.failed),
+            "unparsed_items": float(self.unparsed),
+            "wall_time": self.wall_time,
+            "tokens_per_item": float(self.tokens_per_item or 0.0),
+            "calls_per_item": float(self.calls_per_item or 0.0),
+        }
+        for role_name, r in self.per_role.items():
+            out[f"tokens_per_item.{role_name}"] = r["served"]
+            out[f"tokens_per_item.{role_name}.spent"] = r["spent"]
+            out[f"tokens_per_item.{role_name}.cached"] = r["cached"]
+            out[f"calls_per_item.{role_name}"] = r["calls"]
+        out.update({f"mean.{k}": v for k, v in self.stats.items()})
+        if self.role_collapse_rate is not None:
+            out["role_collapse_rate"] = self.role_collapse_rate
+        for score in JUDGE_SCORES:
+            if score in self.judge:
+                e = self.judge[score]
+                out.update({score: e["mean"], f"{score}_ci_low": e["low"], f"{score}_ci_high": e["high"]})
+        if self.judge:
+            out.update(
+                {
+                    "judge.fallbacks": float(self.judge["fallbacks"]),
+                    "tokens_per_item.judge": self.judge["tokens_per_item"],
+                }
+            )
+            if "kappa" in self.judge:
+                out.update({"judge.kappa": self.judge["kappa"], "judge.agreement": self.judge["agreement"]})
+        return out
+
+    def row(self) -> dict[str, Any]:
+        """The summary as plain data (the table's row, ``summary.jsonl``, the final test)."""
+        out = asdict(self)
+        paired = out.pop("vs_baseline")
+        out["method"] = out.pop("label")
+        out.pop("per_role")
+        out["delta"] = out["delta_low"] = out["delta_high"] = out["p_value"] = None
+        out["paired_n"] = 0
+        if paired is not None:
+            out.update(
+                delta=paired["diff"],
+                delta_low=paired["low"],
+                delta_high=paired["high"],
+                p_value=paired["p_value"],
+                paired_n=paired["n"],
+            )
+        if not out["judge"]:
+            out.pop("judge")
+        return out
+
+
+def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Summary:
+    """The one record-to-summary function (see the module docstring). ``baseline``: pair this method with it on
+    the items both scored (exact McNemar for 0/1 scores, paired bootstrap otherwise), for accuracy and for every
+    judge score."""
+    measured = result.n_scored > 0
+    lo, hi = result.ci
+    n = max(1, result.n_scored)
+    usage = result.usage
+    per_role = {
+        name: {
+            "served": r.served_tokens / n,
+            "spent": r.tokens / n,
+            "cached": r.cached_tokens / n,
+            "calls": r.calls / n,
+        }
+        for name, r in usage.roles.items()
+    }
+    collapse = None
+    if measured and "role_collapse" in result.stats_mean:
+        collapse = sum(1 for i in result.scored if i.stats.get("role_collapse", 0) > 0) / n
+    total = usage.total
+    return Summary(
+        label=result.label,
+        n=result.n_scored,
+        failed=result.n_failed,
+        unparsed=result.n_unparsed,
+        accuracy=result.accuracy if measured else None,
+        ci_low=lo if measured else None,
+        ci_high=hi if measured else None,
+        tokens_per_item=result.tokens_per_item if measured else None,
+        calls_per_item=result.calls_per_item if measured else None,
+        tokens_per_item_by_role={name: r["served"] for name, r in per_role.items()} if measured else {},
+        spent_tokens=total.tokens,
+        cached_tokens=total.cached_tokens,
+        calls=total.calls,
+        wall_time=result.wall_time + result.reused_time,
+        reused_time=result.reused_time,
+        stats=result.stats_mean,
+        errors=dict(result.error_counts()),
+        judge=judge_summary(result, baseline),
+        vs_baseline=_paired(result, baseline) if measured else None,
+        role_collapse_rate=collapse,
+        per_role=per_role if measured else {},
+    )
+
+
+def _paired(result: MethodResult, baseline: MethodResult | None) -> Paired | None:
+    if baseline is None or baseline is result:
+        return None
+    mine, theirs = result.scores_by_key(), baseline.scores_by_key()
+    common = [k for k in mine if k in theirs]
+    if not common:
+        return None
+    p = paired_comparison([mine[k] for k in common], [theirs[k] for k in common])
+    return Paired(p.diff, p.low, p.high, p.p_value, len(common))
+
+
+def judge_summary(r: MethodResult, base: MethodResult | None) -> dict[str, Any]:
+    """The judge's view of one method: per score its mean with a 95% CI (Wilson for judged accuracy,
+    bootstrap for the quality scores) and n, the paired difference from ``base`` (exact McNemar / paired
+    bootstrap) with p; how often the rule decided because the judge failed; the judge's agreement with the
+    dataset metric (Cohen's κ over the items it judged); and the judge's tokens per item (apart from the
+    method's own). Empty when no item was judged."""
+    judged = [(i.judge, i.score) for i in r.scored if i.judge is not None and i.judge.get("method") != "error"]
+    if not judged and not r.judge_errors:
+        return {}
+    out: dict[str, Any] = {
+        "n": len(judged),
+        "errors": r.judge_errors,
+        "fallbacks": sum(1 for verdict, _ in judged if verdict.get("method") == "rule"),
+        "tokens_per_item": r.judge_usage.total.served_tokens / max(1, len(judged)),
+    }
+    by_judge = [(verdict, score) for verdict, score in judged if verdict.get("method") == "judge"]
+    if by_judge:
+        agree = [bool(verdict.get("correct")) for verdict, _ in by_judge]
+        rule = [bool(score) for _, score in by_judge]
+        out["kappa"] = cohens_kappa(agree, rule)
+        out["agreement"] = sum(a == b for a, b in zip(agree, rule, strict=True)) / len(by_judge)
+        out["kappa_n"] = len(by_judge)
+    for score in JUDGE_SCORES:
+        values = r.judge_values(score)
+        if not values:
+            continue
+        xs = list(values.values())
+        mean = sum(xs) / len(xs)
+        lo, hi = mean_with_ci(xs)[1:] if score == "judged_accuracy" else bootstrap_interval(xs)
+        entry: dict[str, Any] = {"mean": mean, "low": lo, "high": hi, "n": len(xs)}
+        if base is not None and base is not r:
+            theirs = base.judge_values(score)
+            common = [k for k in values if k in theirs]
+            if common:
+                paired = paired_comparison([values[k] for k in common], [theirs[k] for k in common])
+                entry.update(delta=paired.diff, p_value=paired.p_value, paired_n=len(common))
+        out[score] = entry
+    return out

@@ -1,0 +1,100 @@
+"""One method's run streamed into MLflow: the run core's sink for compare, sweep trials and the final test.
+
+Opened on an existing MLflow run (its id): every record, as it lands, becomes a trace linked to the run (real
+per-call spans for items run now; a reused item says so and names the run that produced it). When the run
+core closes it — however the run ended — the run gets the summary's metrics (:func:`~dspy_for.experiments.core.
+summary.summarize`), ``items.jsonl`` and ``trajectories.jsonl``, and its end status: FINISHED, FAILED (every
+item failed, or the run raised) or KILLED (Ctrl-C, SIGTERM). Everything is written by run id through
+``MlflowClient`` (safe from threads and worker processes). A tracing failure is a warning, never an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.tracking import store, traces
+from dspy_for.secrets import redact
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.core import Landed, MethodResult, PreparedRun, RunStatus
+
+__all__ = ["MlflowSink", "item_rows"]
+
+logger = logging.getLogger("dspy_for.tracing")
+
+
+class MlflowSink:
+    """See the module docstring. ``end_run``: whether closing ends the MLflow run (False: its owner ends it,
+    e.g. a sweep's parent run that also holds the study's plots)."""
+
+    def __init__(self, run: PreparedRun, run_id: str, *, end_run: bool = True, trace: bool = True) -> None:
+        self.run, self.run_id, self.end_run, self.trace = run, run_id, end_run, trace
+        self._context: Any = None
+        self._trace_errors = 0
+        if trace:
+            try:
+                self._context = traces.trace_context(run, run_id)
+            except Exception as exc:
+                self._warn(exc)
+
+    def add(self, landed: Landed) -> None:
+        if self._context is None or self._trace_errors > 3:  # a store that keeps refusing: stop trying
+            return
+        try:
+            traces.log_item_trace(self._context, landed)
+        except Exception as exc:
+            self._trace_errors += 1
+            self._warn(exc, landed.item.id)
+
+    def close(self, result: MethodResult, status: RunStatus) -> None:
+        client = store.client()
+        summary = summarize(result)
+        try:
+            store.log_metrics(self.run_id, summary.metrics())
+            store.log_table(self.run_id, item_rows(result), "items.jsonl")
+            trajectories = [
+                {"id": i.id, "trajectory": i.trajectory, "answers_by_round": i.answers_by_round}
+                for i in result.items
+                if i.trajectory
+            ]
+            store.log_table(self.run_id, trajectories, "trajectories.jsonl")
+            if self.run.compile_usage:
+                store.log_json(self.run_id, self.run.compile_usage, "compile_usage.json")
+            if result.n_failed:
+                client.set_tag(self.run_id, "dspy_for.failed_items", str(result.n_failed))
+        finally:
+            if self.end_run:
+                client.set_terminated(self.run_id, status=status)
+
+    def _warn(self, exc: BaseException, item: str | None = None) -> None:
+        where = f"item {item} of " if item else ""
+        logger.warning(
+            "could not log the trace of %s%s on %s to MLflow: %s",
+            where,
+            self.run.method.label,
+            self.run.dataset.name,
+            redact(f"{type(exc).__name__}: {exc}"),
+        )
+
+
+def item_rows(result: MethodResult) -> list[dict[str, Any]]:
+    """One row per item for ``items.jsonl``: outcome, score or error, usage and the judge's verdict."""
+    return [
+        {
+            "id": i.id,
+            "question": i.question,
+            "gold": i.gold,
+            "prediction": i.prediction,
+            "correct": i.score,
+            "error": i.error,
+            "error_class": i.error_class,
+            "unparsed": i.unparsed,
+            "usage": i.usage.get("total", {}),
+            "stats": i.stats,
+            "judge": i.judge,
+            "origin": i.origin,
+        }
+        for i in result.items
+    ]
