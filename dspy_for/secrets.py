@@ -9,6 +9,8 @@ import os
 import re
 from typing import Any
 
+from dspy_for.jsonwalk import walk
+
 __all__ = ["hide_password", "is_secret_key", "redact", "redact_obj"]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|bearer|credential)", re.I)
@@ -37,13 +39,7 @@ def redact(text: str) -> str:
 
 def redact_obj(value: Any) -> Any:
     """:func:`redact` applied to every string inside a JSON-like value (dicts, lists, tuples)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: redact_obj(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_obj(v) for v in value]
-    return value
+    return walk(value, lambda v: redact(v) if isinstance(v, str) else v)
 
 
 def hide_password(url: str | None) -> str | None:

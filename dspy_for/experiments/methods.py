@@ -8,7 +8,8 @@ means the same thing everywhere and bad names fail early with a clear message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,13 +17,15 @@ import dspy
 
 from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
-from dspy_for.modules import FORPrompting, ProRefine, SelfConsistency
+from dspy_for.modules import Cascade, FORPrompting, ProRefine, SelfConsistency
 
 __all__ = [
     "MethodSpec",
     "build_method",
     "get_method",
     "list_methods",
+    "module_method",
+    "module_options",
     "register_method",
 ]
 
@@ -50,6 +53,11 @@ class MethodSpec:
     #: bumped when the method's code changes what it answers for the same options and prompts; part of the
     #: result key when non-zero, so per-item results stored by the old code are not reused
     revision: int = 0
+    #: the module a :func:`module_method` builds (its constructor declares the options), options it always
+    #: passes, and constructor parameters that only Python code can set
+    module: type[dspy.Module] | None = None
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    python_only: tuple[str, ...] = ()
 
     def split_options(self, options: Mapping[str, Any]) -> tuple[dict[str, Any], float | None]:
         """(the method's own options, the LM ``temperature`` if one is given for a method without that option)."""
@@ -153,31 +161,108 @@ register_method(
 )
 
 
-def _for_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
-    return FORPrompting(sig, defender_lm=lms["defender"], debater_lm=lms["debater"], host_lm=lms["host"], **options)
+def module_options(module: type[dspy.Module], *, exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """The options a module's constructor declares, with their defaults: every parameter after the signature
+    except ``exclude`` (its LM parameters, fixed options, Python-only ones). The one declaration of a method's
+    options — config keys, validation, the sweep's search space and the docs all read it from here."""
+    params = list(inspect.signature(module.__init__).parameters.values())[2:]  # self, signature
+    skip = set(exclude)
+    return {
+        p.name: p.default
+        for p in params
+        if p.name not in skip and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty
+    }
+
+
+def module_method(
+    name: str,
+    module: type[dspy.Module],
+    description: str,
+    *,
+    roles: Mapping[str, str | None],
+    fixed: Mapping[str, Any] | None = None,
+    python_only: tuple[str, ...] = (),
+    uses_labels: Callable[[Mapping[str, Any]], bool] = _never,
+    revision: int = 0,
+) -> MethodSpec:
+    """A registry entry for a ``dspy.Module`` whose options are its constructor's (:func:`module_options`).
+
+    ``roles`` maps each role to the constructor parameter that takes its LM (None: the module's own LM, set with
+    ``set_lm``); ``fixed`` options are always passed and are not options of this entry (e.g. ``defender_sc`` is
+    ``SelfConsistency`` with ``prompt="defender"``); ``python_only`` parameters (e.g. a metric callable) cannot
+    come from a config.
+    """
+    fixed = dict(fixed or {})
+    lm_params = {param for param in roles.values() if param}
+    defaults = module_options(module, exclude={*lm_params, *fixed, *python_only})
+
+    def factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
+        lm_kwargs = {param: lms[r] for r, param in roles.items() if param}
+        built = module(sig, **fixed, **options, **lm_kwargs)
+        for r, param in roles.items():
+            if param is None:
+                _with_lm(built, lms[r])
+        return built
+
+    return MethodSpec(
+        name=name,
+        description=description,
+        factory=factory,
+        roles=tuple(roles),
+        defaults=defaults,
+        uses_labels=uses_labels,
+        revision=revision,
+        module=module,
+        fixed=fixed,
+        python_only=python_only,
+    )
 
 
 register_method(
-    MethodSpec(
-        name="for",
-        description="FOR-Prompting: Defender answers, Debater asks questions only, optional Host synthesizes.",
-        factory=_for_factory,
-        roles=("defender", "debater", "host"),
-        defaults={
-            "rounds": 1,
-            "host": True,
-            "stop": "fixed",
-            "patience": 1,
-            "token_budget": None,
-            "debater_mode": "questions",
-            "guard": True,
-        },
+    module_method(
+        "for",
+        FORPrompting,
+        "FOR-Prompting: Defender answers, Debater asks questions only, optional Host synthesizes.",
+        roles={"defender": "defender_lm", "debater": "debater_lm", "host": "host_lm"},
     )
 )
-
-
-def _sc_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
-    return _with_lm(SelfConsistency(sig, **options), lms["task"])
+register_method(
+    module_method(
+        "self_consistency",
+        SelfConsistency,
+        "Self-consistency: k sampled CoT answers (temperature > 0), majority vote; stop early on agreement.",
+        roles={"task": None},
+        fixed={"prompt": "cot"},
+        revision=1,  # 1: an unreadable sample is dropped from the vote (it used to make the item unparsed)
+    )
+)
+register_method(
+    module_method(
+        "defender_sc",
+        SelfConsistency,
+        "Self-consistency over FOR's step-by-step Defender prompt (same stop options as self_consistency).",
+        roles={"task": None},
+        fixed={"prompt": "defender"},
+    )
+)
+register_method(
+    module_method(
+        "cascade",
+        Cascade,
+        "Cascade: Defender samples, more samples on disagreement, FOR's debate with its Host only if it remains.",
+        roles={"defender": "defender_lm", "debater": "debater_lm", "host": "host_lm"},
+    )
+)
+register_method(
+    module_method(
+        "prorefine",
+        ProRefine,
+        "ProRefine: i*k tokens per step, feedback critique, optimizer rewrites the prompt; verifier.",
+        roles={"task": "task_lm", "feedback": "feedback_lm", "optimizer": "optimizer_lm", "verifier": "verifier_lm"},
+        python_only=("metric",),  # the oracle verifier's metric: the dataset's, given by the run with each gold
+        uses_labels=lambda options: options.get("verifier") == "oracle",
+    )
+)
 
 
 def _answer_parses_reward(signature: Any) -> Callable[[Mapping[str, Any], dspy.Prediction], float]:
@@ -202,41 +287,9 @@ def _refine_factory(sig: Any, lms: Mapping[str, Any], *, N: int, threshold: floa
 
 register_method(
     MethodSpec(
-        name="self_consistency",
-        description="Self-consistency: k sampled CoT answers (temperature > 0), majority vote.",
-        factory=_sc_factory,
-        defaults={"k": 5, "temperature": 0.7},
-        revision=1,  # 1: an unreadable sample is dropped from the vote (it used to make the item unparsed)
-    )
-)
-register_method(
-    MethodSpec(
         name="refine",
         description="dspy.Refine over CoT: up to N attempts with feedback until a label-free reward is met.",
         factory=_refine_factory,
         defaults={"N": 3, "threshold": 1.0},
-    )
-)
-
-
-def _prorefine_factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
-    return ProRefine(
-        sig,
-        task_lm=lms["task"],
-        feedback_lm=lms["feedback"],
-        optimizer_lm=lms["optimizer"],
-        verifier_lm=lms["verifier"],
-        **options,
-    )
-
-
-register_method(
-    MethodSpec(
-        name="prorefine",
-        description="ProRefine: i*k tokens per step, feedback critique, optimizer rewrites the prompt; verifier.",
-        factory=_prorefine_factory,
-        roles=("task", "feedback", "optimizer", "verifier"),
-        defaults={"k": 10, "n": 25, "verifier": "none", "history": "stateless", "task_module": "cot"},
-        uses_labels=lambda options: options.get("verifier") == "oracle",
     )
 )

@@ -67,7 +67,7 @@ class FORPrompting(dspy.Module):
     def __init__(
         self,
         signature: str | type[dspy.Signature],
-        rounds: int = 3,
+        rounds: int = 1,
         host: bool = True,
         *,
         stop: Literal["fixed", "no_questions", "stable"] = "fixed",

@@ -17,12 +17,12 @@ with :data:`ASYNC_CALLS` (``await predictor.acall(**kwargs)``).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
 import dspy
 
+from dspy_for.jsonwalk import jsonable
 from dspy_for.lm.usage import CallRecord, Usage
 
 __all__ = [
@@ -130,7 +130,7 @@ class ForTurn(_ForTurnRequired, total=False):
 
 def for_turn(role: ForRole, kind: ForTurnType, rnd: int, fields: Mapping[str, Any]) -> ForTurn:
     """A FOR turn whose fields are JSON-serialisable (values JSON cannot hold become strings)."""
-    return {"role": role, "type": kind, "round": rnd, "fields": _jsonable(fields)}
+    return {"role": role, "type": kind, "round": rnd, "fields": jsonable(fields)}
 
 
 def attach_turn_usage(trajectory: list[ForTurn], usage: Usage) -> None:
@@ -145,18 +145,6 @@ def attach_turn_usage(trajectory: list[ForTurn], usage: Usage) -> None:
             turn["usage"] = TurnUsage(
                 prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens, cache_hit=c.cache_hit
             )
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        if isinstance(value, dict):
-            return {k: _jsonable(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [_jsonable(v) for v in value]
-        return str(value)
 
 
 # ------------------------------------------------------------------------------------------ ProRefine

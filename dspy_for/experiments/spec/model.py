@@ -22,6 +22,7 @@ import dspy
 from dspy_for.datasets import dataset_info, load_dataset
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import get_method
+from dspy_for.jsonwalk import leaves, walk
 from dspy_for.judges import RUBRICS
 from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm
 
@@ -269,29 +270,12 @@ _S = TypeVar("_S", bound=RunSpec)
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, dspy.BaseLM):
-        return describe_lm(value)
-    if hasattr(value, "__dataclass_fields__"):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+    """``value`` as plain data: dataclasses as dicts, LM objects described by :func:`describe_lm`."""
+    return walk(value, lambda v: describe_lm(v) if isinstance(v, dspy.BaseLM) else v, with_dataclasses=True)
 
 
 def _lms_in(value: Any) -> Iterable[dspy.BaseLM]:
-    if isinstance(value, dspy.BaseLM):
-        yield value
-    elif hasattr(value, "__dataclass_fields__"):
-        for f in fields(value):
-            yield from _lms_in(getattr(value, f.name))
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _lms_in(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _lms_in(v)
+    return (v for v in leaves(value, with_dataclasses=True) if isinstance(v, dspy.BaseLM))
 
 
 @dataclass(kw_only=True)

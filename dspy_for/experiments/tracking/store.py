@@ -15,7 +15,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -23,6 +23,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from dspy_for.jsonwalk import flat_items
 from dspy_for.secrets import is_secret_key, redact
 
 __all__ = [
@@ -101,19 +102,10 @@ def autolog() -> None:
     mlflow.dspy.autolog()
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            yield from _flatten(v, key + ".")
-        else:
-            yield key, v
-
-
 def safe_params(d: Mapping[str, Any]) -> dict[str, str]:
     """Flatten, drop secret keys, mask secret values, and truncate to MLflow's param limit."""
     out = {}
-    for key, value in _flatten(d):
+    for key, value in flat_items(d):
         if is_secret_key(key.rsplit(".", 1)[-1]):
             continue
         text = value if isinstance(value, str) else json.dumps(value, default=str)
