@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from dspy_for.cli_common import console, fail, failed_run, interrupted_exit, print_whole, show_progress
 from dspy_for.cli_models import models_app, serve
@@ -16,6 +14,7 @@ from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
 from dspy_for.experiments.comparison import compare as run_compare
 from dspy_for.experiments.core.prepare import prepare_program
+from dspy_for.experiments.reports.sweep import final_test_line, trials_table
 from dspy_for.experiments.reports.table import error_lines, rich_tables
 from dspy_for.experiments.spec.config import Overrides, parse_value
 from dspy_for.experiments.sweeps import SweepError
@@ -216,33 +215,9 @@ def sweep(
     except DspyForError as exc:
         fail(exc)
         return
-    t = Table(title=f"study {result.spec.study}: {result.counts}")
-    for col in ("trial", "state", "params", "values", "tokens/item"):
-        t.add_column(col)
-    best = {b.number for b in result.study.best_trials} if result.counts.get("COMPLETE") else set()
-    for tr in result.study.get_trials(deepcopy=False):
-        values = ", ".join(f"{v:.3g}" for v in (tr.values or []))
-        tok = tr.user_attrs.get("tokens_per_item")
-        t.add_row(
-            f"{tr.number}{' *' if tr.number in best else ''}",
-            tr.state.name,
-            escape(str(tr.params)),
-            values,
-            f"{tok:.0f}" if tok is not None else "",
-        )
-    console.print(t)
+    console.print(trials_table(result.study, f"study {result.spec.study}: {result.counts}"))
     if result.final_test:
-        ft = result.final_test
-        scored = (
-            f"accuracy {ft['accuracy']:.1%} [{ft['ci_low']:.1%}, {ft['ci_high']:.1%}], "
-            f"{ft['tokens_per_item']:.0f} tokens/item"
-            if ft["n"]
-            else "nothing scored"
-        )
-        console.print(
-            f"final test ({ft['n']} scored, {ft['failed']} failed, {ft['unparsed']} unparsed) with "
-            f"{escape(str(ft['params']))}: {scored}"
-        )
+        console.print(final_test_line(result.final_test))
     console.print(f"MLflow parent run {result.parent_run_id} (* = best trial)")
     if not result.ok:
         failed = result.counts.get("FAIL", 0)

@@ -37,7 +37,8 @@ from tqdm import tqdm
 from dspy_for import make_lm
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import require
-from dspy_for.lm.usage import role, track_usage
+from dspy_for.experiments import DatasetConfig, evaluate
+from dspy_for.experiments.core import program_run
 from dspy_for.metrics import metric_for
 from dspy_for.optimizers import compile_program
 from dspy_for.stats import mean_with_ci
@@ -148,10 +149,12 @@ def run_ours(args: argparse.Namespace, train: list, val: list, test: list) -> di
     student.predict.signature = student.predict.signature.with_instructions(args.start_prompt)
 
     def score(program: dspy.Module) -> list[float]:
-        ev = dspy.Evaluate(devset=test, metric=metric, num_threads=1, display_progress=True, failure_score=0.0,
-                           max_errors=len(test) + 1)
-        with dspy.context(lm=task_lm), role("task"), track_usage():
-            return [float(s) for _, _, s in ev(program).results]
+        """Test scores through the project's run core: an LM failure is an error that stops the script, never a 0."""
+        run = program_run(program, test, metric, lm=task_lm, dataset=DatasetConfig(DATASET, "test"), label="ours")
+        res = evaluate(run)
+        if res.n_failed:
+            raise SystemExit(f"{res.n_failed} test item(s) failed: {res.error_counts().most_common(1)[0][0]}")
+        return res.scores
 
     before = score(student)
     result = compile_program("textgrad", student, trainset=train, valset=val, metric=metric, seed=args.seed,

@@ -5,7 +5,7 @@ early. :func:`~.summary.summarize` is the one record-to-summary function every r
 
 from __future__ import annotations
 
-from dspy_for.experiments.core.prepare import PreparedRun, build_lms, prepare_run, role_lm, with_options
+from dspy_for.experiments.core.prepare import PreparedRun, build_lms, prepare_run, program_run, role_lm, with_options
 from dspy_for.experiments.core.records import ItemResult, MethodResult
 from dspy_for.experiments.core.run import Evaluation, evaluate
 from dspy_for.experiments.core.sinks import Landed, RunInterrupted, RunStatus, Sink, StopRule
@@ -27,6 +27,7 @@ __all__ = [
     "evaluate",
     "load_examples",
     "prepare_run",
+    "program_run",
     "role_lm",
     "with_options",
 ]

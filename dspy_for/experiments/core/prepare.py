@@ -21,13 +21,20 @@ from dspy_for.datasets import signature_for
 from dspy_for.experiments.core.compile_step import compile_for_run, compile_settings
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.spec.config import Overrides, load_spec
-from dspy_for.experiments.spec.model import DatasetConfig, LMSpec, MethodConfig, RunSpec, load_examples
+from dspy_for.experiments.spec.model import (
+    DatasetConfig,
+    ExperimentSpec,
+    LMSpec,
+    MethodConfig,
+    RunSpec,
+    load_examples,
+)
 from dspy_for.experiments.spec.model import prompts_fingerprint as prompts_fingerprint
 from dspy_for.judges import RUBRICS, Judge
 from dspy_for.lm import make_lm
 from dspy_for.metrics import metric_for
 
-__all__ = ["PreparedRun", "build_lms", "prepare_program", "prepare_run", "role_lm", "with_options"]
+__all__ = ["PreparedRun", "build_lms", "prepare_program", "prepare_run", "program_run", "role_lm", "with_options"]
 
 Metric = Callable[..., Any]
 
@@ -164,6 +171,34 @@ def _judge(spec: RunSpec, metric: Metric) -> tuple[Judge | None, str]:
         sort_keys=True,
     )
     return judge, name
+
+
+def program_run(
+    program: dspy.Module,
+    examples: list[dspy.Example],
+    metric: Metric,
+    *,
+    lm: dspy.BaseLM,
+    dataset: DatasetConfig,
+    label: str,
+) -> PreparedRun:
+    """A run of a program the caller built itself (e.g. compiled by hand in a measurement script), so it is scored
+    by the same run core as every other: failures are errors, never scores. Nothing is stored (no result key)."""
+    spec = ExperimentSpec(lm=lm, datasets=[dataset], methods=[MethodConfig(name="cot", label=label)])
+    return PreparedRun(
+        spec=spec,
+        dataset=dataset,
+        method=spec.methods[0],
+        options={},
+        examples=examples,
+        metric=metric,
+        signature="",
+        lm=lm,
+        role_lms={},
+        program=program,
+        uses_labels=False,
+        key="",
+    )
 
 
 def with_options(method: MethodConfig, options: dict[str, Any]) -> MethodConfig:
