@@ -105,7 +105,7 @@ class Usage:
 
     roles: dict[str, RoleUsage] = field(default_factory=dict)
     calls: list[CallRecord] = field(default_factory=list)
-    content_window: int | None = CONTENT_WINDOW
+    content_window: int | None = field(default=CONTENT_WINDOW, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, call: CallRecord) -> None:

@@ -215,6 +215,40 @@ def test_each_lm_call_is_a_span_with_its_own_start_and_end(live):
     assert _root(first).end_time_ns <= _root(second).start_time_ns  # one item after the other
 
 
+def prorefine_responder(messages, max_tokens):
+    """ProRefine's roles, told apart by their instructions; the task's answer is longer than a step's cap."""
+    sys_text = system_text(messages)
+    if "PARTIAL output" in sys_text:
+        return {"is_correct": "False", "feedback": "Check each multiplication."}
+    if "You improve a prompt" in sys_text:
+        return {"improved_prompt": "Solve the problem step by step and double-check."}
+    if "You check a model's answer" in sys_text:
+        return {"correct": "False"}
+    return {"reasoning": "3 * 12 = 36; 36 - 9 = 27 " + "w " * 40, "answer": "27"}
+
+
+def test_prorefine_calls_are_named_after_their_steps(live):
+    method = MethodConfig("prorefine", options={"k": 5, "n": 2, "verifier": "llm"})
+    _, run_id = live(ScriptedLM(prorefine_responder, delay=0.05), "prorefine", method=method, first=1)
+    (trace,) = _traces_of(run_id)
+    calls = _calls(trace)
+    assert [s.name for s in calls] == [
+        "task (initial answer)",
+        "verifier",
+        "task step 1",
+        "feedback 1",
+        "optimizer 1",
+        "task step 2",
+        "feedback 2",
+        "optimizer 2",
+        "task (final answer)",
+    ]
+    assert [s.inputs.get("kwargs", {}).get("max_tokens") for s in calls if "step" in s.name] == [5, 10]
+    assert calls[3].attributes["dspy_for.parsed"] == {"feedback": "Check each multiplication.", "is_correct": False}
+    assert all(a.end_time_ns <= b.start_time_ns for a, b in itertools.pairwise(calls))
+    assert all((s.end_time_ns - s.start_time_ns) / 1e9 >= 0.05 for s in calls)
+
+
 def test_a_trace_is_written_as_its_item_lands(live):
     """While the second item runs, the first item's trace is already in the store."""
     seen: list[int] = []
