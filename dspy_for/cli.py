@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,6 +47,27 @@ RoleLmOptionOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_H
 JudgeLmOpt = Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)]
 DataDirOpt = Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")]
 TrackingUriOpt = Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")]
+
+
+def _run_overrides(
+    lm: str | None,
+    role_lm: list[str] | None,
+    lm_option: list[str] | None,
+    role_lm_option: list[str] | None,
+    judge_lm: str | None,
+    data_dir: str | None,
+    tracking_uri: str | None,
+) -> Overrides:
+    """The flags every run command shares (declared once above as ``LmOpt``, ``RoleLmOpt``, ...) as overrides."""
+    return Overrides(
+        lm=lm,
+        role_lms=role_lm,
+        lm_options=lm_option,
+        role_lm_options=role_lm_option,
+        judge_lm=judge_lm,
+        data_dir=data_dir,
+        tracking_uri=tracking_uri,
+    )
 
 
 def _options(pairs: list[str] | None) -> dict[str, Any]:
@@ -124,6 +146,14 @@ def compare(
         bool | None,
         typer.Option("--match-budget/--no-match-budget", help="Size self-consistency and Refine to FOR's tokens/item."),
     ] = None,
+    sequential: Annotated[
+        bool | None,
+        typer.Option(
+            "--sequential/--no-sequential",
+            help="Stop as soon as every method vs the baseline is resolved (anytime-valid paired tests).",
+        ),
+    ] = None,
+    max_items: Annotated[int | None, typer.Option(help="With --sequential: the most items each method runs.")] = None,
     autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
     threads: Annotated[int | None, typer.Option(help="Parallel items (the local server is serial).")] = None,
     results_dir: Annotated[
@@ -131,20 +161,16 @@ def compare(
     ] = None,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
-    overrides = Overrides(
-        lm=lm,
-        role_lms=role_lm,
-        lm_options=lm_option,
-        role_lm_options=role_lm_option,
-        judge_lm=judge_lm,
-        data_dir=data_dir,
-        tracking_uri=tracking_uri,
+    overrides = replace(
+        _run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
         dataset=dataset,
         split=split,
         limit=limit,
         first=first,
         methods=methods,
         match_budget=match_budget,
+        sequential=sequential,
+        max_items=max_items,
         autolog=autolog or None,
         num_threads=threads,
         results_dir=results_dir,
@@ -191,14 +217,8 @@ def sweep(
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
-    overrides = Overrides(
-        lm=lm,
-        role_lms=role_lm,
-        lm_options=lm_option,
-        role_lm_options=role_lm_option,
-        judge_lm=judge_lm,
-        data_dir=data_dir,
-        tracking_uri=tracking_uri,
+    overrides = replace(
+        _run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
         n_trials=n_trials,
         storage=storage,
         study=study,

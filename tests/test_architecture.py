@@ -30,6 +30,7 @@ FLOORS: dict[str, int] = {
     "dspy_for.experiments.core": 5,
     "dspy_for.experiments.tracking": 6,
     "dspy_for.experiments.reports": 6,
+    "dspy_for.experiments.sequential": 7,
     "dspy_for.experiments.comparison": 7,
     "dspy_for.experiments.sweeps": 7,
     "dspy_for.experiments.advise": 8,

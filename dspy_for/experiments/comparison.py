@@ -21,7 +21,8 @@ from dspy_for.experiments.core import Evaluation, MethodResult, PreparedRun, Res
 from dspy_for.experiments.core.records import ComparisonResult
 from dspy_for.experiments.core.sinks import sigterm_as_interrupt
 from dspy_for.experiments.reports import table as report
-from dspy_for.experiments.spec import ExperimentSpec, MethodConfig, load_spec
+from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
+from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.datasets import log_dataset
@@ -56,6 +57,9 @@ def compare(
             store.log_params(parent, {"spec": spec_params, **store.environment_params()})
             for d in spec.datasets:
                 out.results[d.name], out.errors[d.name] = {}, {}
+                if spec.sequential:
+                    _run_sequential(spec, d, parent, run_dir, items_dir, out)
+                    continue
                 examples = None
                 for m in _ordered(spec):
                     if spec.match_budget and m.name in ("self_consistency", "refine"):
@@ -113,10 +117,46 @@ def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: Meth
     return {**m.options, "N": n}
 
 
-def _run_one(
-    spec: ExperimentSpec, d: Any, m: MethodConfig, examples: Any, parent: str, run_dir: Path, items_dir: Path
-) -> tuple[MethodResult | None, str | None, Any]:
-    """One method on one dataset as a nested MLflow run; returns (result, error, the dataset's examples)."""
+def _run_sequential(
+    spec: ExperimentSpec, d: DatasetConfig, parent: str, run_dir: Path, items_dir: Path, out: ComparisonResult
+) -> None:
+    """Every method of ``spec`` on dataset ``d`` at once, sequentially (:mod:`dspy_for.experiments.sequential`)."""
+    runs: dict[str, PreparedRun] = {}
+    children: dict[str, str] = {}
+    examples = None
+    for m in spec.methods:
+        run, child, err = _prepare_one(spec, d, m, examples, parent, run_dir, items_dir)
+        if err:
+            out.errors[d.name][m.label] = err
+        elif run is not None and child is not None:
+            runs[m.label], children[m.label], examples = run, child, run.examples
+    if spec.baseline not in runs:
+        for child in children.values():
+            store.end_run(child, "FAILED")
+        out.errors[d.name].setdefault(str(spec.baseline), "the baseline could not run: nothing to compare with")
+        return
+    status = "FAILED"
+    results: dict[str, MethodResult] = {}
+    try:
+        results, outcomes = run_sequential(spec, runs, children, items_dir)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        for label, child in children.items():
+            failed = label in results and results[label].all_failed
+            store.end_run(child, "FAILED" if failed and status == "FINISHED" else status)
+    out.results[d.name] = results
+    out.sequential += outcome_rows(outcomes)
+    log_outcomes(parent, outcomes)
+
+
+def _prepare_one(
+    spec: ExperimentSpec, d: DatasetConfig, m: MethodConfig, examples: Any, parent: str, run_dir: Path, items_dir: Path
+) -> tuple[PreparedRun | None, str | None, str | None]:
+    """One method's prepared run and its nested MLflow run (params, dataset, program logged); or the error that
+    kept it from running (its MLflow run then ended FAILED)."""
     tags = {"dspy_for.method": m.name, "dspy_for.dataset": d.name}
     child = store.start_run(f"{m.label} / {d.name}", spec.experiment, parent_id=parent, tags=tags)
     try:
@@ -128,6 +168,16 @@ def _run_one(
         store.log_text(child, traceback.format_exc(), "error.txt")
         store.end_run(child, "FAILED")
         logger.error("method %s on %s failed: %s", m.label, d.name, err)
+        return None, None, err
+    return run, child, None
+
+
+def _run_one(
+    spec: ExperimentSpec, d: Any, m: MethodConfig, examples: Any, parent: str, run_dir: Path, items_dir: Path
+) -> tuple[MethodResult | None, str | None, Any]:
+    """One method on one dataset as a nested MLflow run; returns (result, error, the dataset's examples)."""
+    run, child, err = _prepare_one(spec, d, m, examples, parent, run_dir, items_dir)
+    if run is None or child is None:
         return None, err, examples
     results = ResultStore.in_dir(items_dir, d.name, d.split, m.label, run.key)
     with results.exclusive():

@@ -23,16 +23,18 @@ import dspy
 from dspy.signatures.signature import ensure_signature
 
 from dspy_for.errors import ConfigError
+from dspy_for.jsonwalk import jsonable
 from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import role, track_usage
 from dspy_for.modules import trajectory as T
 from dspy_for.modules.for_prompting import FORPrompting
-from dspy_for.modules.self_consistency import SelfConsistency, StopRule, Votes, _jsonable
+from dspy_for.modules.role_lms import PerRoleLMs
+from dspy_for.modules.self_consistency import SelfConsistency, StopRule, Votes
 
 __all__ = ["Cascade"]
 
 
-class Cascade(dspy.Module):
+class Cascade(PerRoleLMs):
     """Defender samples first, more samples on disagreement, FOR's debate only when disagreement remains.
 
     Args:
@@ -146,25 +148,6 @@ class Cascade(dspy.Module):
 
     # ------------------------------------------------------------------- per-role LMs inside wrappers
 
-    def get_lm(self) -> Any:
-        """The Defender's LM (or the one LM all roles share); never raises for per-role LMs.
-
-        ``dspy.Refine``/``dspy.BestOfN`` copy it with a new rollout id and temperature and hand the copy to
-        :meth:`set_lm`, which applies the same change to every role's own LM.
-        """
-        return next((p.lm for _, p in self.named_predictors() if p.lm is not None), None)
-
-    def set_lm(self, lm: Any) -> None:
-        rep = self.get_lm()
-        lms = {id(p.lm) for _, p in self.named_predictors() if p.lm is not None}
-        if rep is None or len(lms) <= 1 or getattr(lm, "model", None) != getattr(rep, "model", None):
-            super().set_lm(lm)
-            return
-        change = {k: v for k, v in lm.kwargs.items() if rep.kwargs.get(k) != v}
-        for _, predictor in self.named_predictors():
-            base = predictor.lm if predictor.lm is not None else dspy.settings.lm
-            predictor.lm = lm if base is rep else (base.copy(**change) if base is not None else lm)
-
 
 class _Record:
     """One call's trajectory and stats as the stages run; local to the call."""
@@ -206,7 +189,7 @@ class _Record:
     def debate(self, pred: dspy.Prediction, outputs: dict[str, Any], tokens: int) -> None:
         self.rounds_used = int(pred.get("rounds_used") or 0)
         self.trajectory.append({"type": "debate", "stage": 3, "turns": list(pred.get("trajectory") or [])})
-        answer = _jsonable(outputs[self.votes.field])
+        answer = jsonable(outputs[self.votes.field])
         self.trajectory.append({"type": "stage", "stage": 3, "answer": answer, "answered": True, "tokens": tokens})
         self.tokens[3], self.last_stage = float(tokens), 3
 

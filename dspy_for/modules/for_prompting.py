@@ -30,12 +30,13 @@ from dspy_for.modules import for_signatures as S
 from dspy_for.modules import trajectory as T
 from dspy_for.modules.adapters import FieldRecoveringChatAdapter
 from dspy_for.modules.guard import Violations, numbers_in, screen_questions, unused_numbers
+from dspy_for.modules.role_lms import PerRoleLMs
 from dspy_for.modules.task_text import render_task
 
 __all__ = ["FORPrompting"]
 
 
-class FORPrompting(dspy.Module):
+class FORPrompting(PerRoleLMs):
     """Defender / Debater / Host debate in which the Debater only asks questions.
 
     Args:
@@ -250,25 +251,6 @@ class FORPrompting(dspy.Module):
         return self.keep_unless_error and not error_found and revised != previous
 
     # ------------------------------------------------------------------- per-role LMs inside wrappers
-
-    def get_lm(self) -> Any:
-        """The Defender's LM (or the single LM all roles share); never raises for per-role LMs.
-
-        ``dspy.Refine``/``dspy.BestOfN`` call this, copy the LM with a new rollout id and temperature, and
-        hand the copy to :meth:`set_lm`, which applies the same change to every role's own LM.
-        """
-        return self.defender.lm or self.debater.lm or self.host.lm
-
-    def set_lm(self, lm: Any) -> None:
-        rep = self.get_lm()
-        lms = {id(p.lm) for _, p in self.named_predictors() if p.lm is not None}
-        if rep is None or len(lms) <= 1 or getattr(lm, "model", None) != getattr(rep, "model", None):
-            super().set_lm(lm)
-            return
-        change = {k: v for k, v in lm.kwargs.items() if rep.kwargs.get(k) != v}
-        for _, predictor in self.named_predictors():
-            base = predictor.lm if predictor.lm is not None else dspy.settings.lm
-            predictor.lm = lm if base is rep else (base.copy(**change) if base is not None else lm)
 
 
 # ------------------------------------------------------------------------------------------ helpers

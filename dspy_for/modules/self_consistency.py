@@ -24,7 +24,6 @@ Under every rule the answer is the majority over all samples drawn.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from dataclasses import field as _field
@@ -36,6 +35,7 @@ from dspy.signatures.signature import ensure_signature
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.errors import ConfigError
+from dspy_for.jsonwalk import jsonable
 from dspy_for.metrics import extract_number
 from dspy_for.modules import for_signatures as S
 from dspy_for.modules import trajectory as T
@@ -67,14 +67,6 @@ def beta_confidence(v1: int, v2: int) -> float:
     return sum(comb(n, j) for j in range(v1 + 1)) / 2**n
 
 
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return str(value)
-
-
 @dataclass
 class Votes:
     """The samples of one call so far, in rollout order: the vote and its replayable record.
@@ -95,7 +87,7 @@ class Votes:
             entry |= {"readable": False, "answer": None, "parse_error": " ".join(str(sample).split())[:300]}
         else:
             self.counts[_vote_key(sample[self.field])] += 1
-            entry |= {"readable": True, "answer": _jsonable(sample[self.field])}
+            entry |= {"readable": True, "answer": jsonable(sample[self.field])}
         self.samples.append(sample)
         self.trajectory.append(entry)
 
@@ -150,7 +142,7 @@ class Votes:
 
     def answer(self) -> Any:
         """The leading answer as parsed (JSON-able), ``None`` before any readable sample."""
-        return _jsonable(self.winner()[self.field]) if self.counts else None
+        return jsonable(self.winner()[self.field]) if self.counts else None
 
     def winner(self) -> dspy.Prediction:
         """The first sample that gave the leading answer; with no readable sample, its last parse error raised."""

@@ -199,6 +199,7 @@ class ComparisonResult:
     run_id: str | None = None
     run_dir: Path | None = None
     plots: list[Path] = field(default_factory=list)
+    sequential: list[dict[str, Any]] = field(default_factory=list)  # a sequential comparison's pairs (their rows)
 
     def item_errors(self) -> Counter[str]:
         """Each distinct item error across the comparison (secrets masked) with its count."""

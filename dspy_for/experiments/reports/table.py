@@ -31,6 +31,7 @@ __all__ = [
     "judge_lines",
     "legend",
     "rich_tables",
+    "sequential_lines",
     "summary_rows",
     "table_text",
 ]
@@ -121,6 +122,15 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
     return lines
 
 
+def sequential_lines(result: ComparisonResult, dataset: str) -> list[str]:
+    """A sequential comparison's pairs on ``dataset``: each resolved (at which n, which way) or not (its interval)."""
+    lines = [row["text"] for row in result.sequential if row["dataset"] == dataset]
+    if lines:
+        alpha, pairs = result.spec.alpha, len(lines)
+        lines.insert(0, f"sequential: anytime-valid paired tests at α={alpha} over {pairs} pair(s) (α/{pairs} each)")
+    return lines
+
+
 def error_lines(result: ComparisonResult) -> list[str]:
     """Each distinct error once, with how many items (or methods) it failed."""
     lines = [f"{count} item(s) failed: {error}" for error, count in result.item_errors().most_common()]
@@ -142,6 +152,7 @@ def table_text(result: ComparisonResult) -> str:
         out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
         out.append(legend(result))
         out.extend(detail_lines(result, dataset))
+        out.extend(sequential_lines(result, dataset))
         judged = [judge_table_row(r) for r in judged_rows(result, dataset)]
         if judged:
             widths = [max(len(h), *(len(r[i]) for r in judged)) for i, h in enumerate(JUDGE_HEADER)]
@@ -164,7 +175,7 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
         for r in result.rows:
             if r["dataset"] == dataset:
                 t.add_row(*_fmt_row(r, result.spec.baseline))
-        t.caption = "\n".join([legend(result), *detail_lines(result, dataset)])
+        t.caption = "\n".join([legend(result), *detail_lines(result, dataset), *sequential_lines(result, dataset)])
         t.caption_justify = "left"
         tables.append(t)
         judged = judged_rows(result, dataset)

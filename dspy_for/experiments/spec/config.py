@@ -129,6 +129,8 @@ class Overrides:
     methods: str | Sequence[str] | None = None  # "a,b,c" or a list: labels of the config's methods or method names
     baseline: str | None = None
     match_budget: bool | None = None
+    sequential: bool | None = None
+    max_items: int | None = None
     # sweeps only
     n_trials: int | None = None
     storage: str | None = None
@@ -144,7 +146,7 @@ class Overrides:
         return cls(**overrides)
 
 
-_COMPARE_ONLY = ("dataset", "methods", "baseline", "match_budget")
+_COMPARE_ONLY = ("dataset", "methods", "baseline", "match_budget", "sequential", "max_items")
 _SWEEP_ONLY = ("n_trials", "storage", "study")
 #: overrides that set the spec field of the same name
 _FIELDS = ("lm", "max_tokens", "cache", "seed", "num_threads", "experiment", "tracking_uri", "results_dir", "autolog")
@@ -215,6 +217,10 @@ def _compare_changes(spec: ExperimentSpec, o: Overrides) -> dict[str, Any]:
         out["baseline"] = o.baseline
     if o.match_budget is not None:
         out["match_budget"] = o.match_budget
+    if o.sequential is not None:
+        out["sequential"] = o.sequential
+    if o.max_items is not None:
+        out["max_items"] = o.max_items
     return out
 
 

@@ -286,8 +286,26 @@ class ExperimentSpec(RunSpec):
     methods: list[MethodConfig]
     baseline: str | None = None
     match_budget: bool = False
+    #: a sequential comparison (see :mod:`dspy_for.experiments.sequential`): every method on the same seeded item
+    #: order, ``batch_size`` items at a time, each pair with the baseline tested after every batch by an
+    #: anytime-valid test at level ``alpha`` (split over the pairs); it stops when every pair is resolved, at
+    #: ``max_items``, or once the methods have spent ``max_total_tokens``
+    sequential: bool = False
+    max_items: int | None = None
+    alpha: float = 0.05
+    batch_size: int = 4
+    max_total_tokens: int | None = None
 
-    NOT_RESULTS: ClassVar[tuple[str, ...]] = (*RunSpec.NOT_RESULTS, "baseline")
+    NOT_RESULTS: ClassVar[tuple[str, ...]] = (
+        *RunSpec.NOT_RESULTS,
+        "baseline",
+        # how many items a sequential comparison runs, never what an item answers
+        "sequential",
+        "max_items",
+        "alpha",
+        "batch_size",
+        "max_total_tokens",
+    )
 
     def dataset_configs(self) -> list[DatasetConfig]:
         return self.datasets
@@ -317,7 +335,24 @@ class ExperimentSpec(RunSpec):
         super().validate()
         if self.baseline is not None and self.baseline not in labels:
             raise ConfigError(f"`baseline` `{self.baseline}` is not a method label. Labels: {', '.join(labels)}.")
+        self._validate_sequential()
         return self
+
+    def _validate_sequential(self) -> None:
+        for name in ("max_items", "batch_size", "max_total_tokens"):
+            if getattr(self, name) is not None:
+                _positive_int(getattr(self, name), name)
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 1:
+            raise ConfigError(f"`alpha` must be a number in (0, 1), got {self.alpha!r}.")
+        if not self.sequential:
+            return
+        if len(self.methods) < 2:
+            raise ConfigError("`sequential = true` compares methods with the baseline: give at least two methods.")
+        if self.match_budget:
+            raise ConfigError(
+                "`match_budget` sizes methods from FOR's cost over the whole run, which a sequential comparison "
+                "does not run: set `match_budget = false` (give self-consistency its `k`) or drop `sequential`."
+            )
 
 
 def prompts_fingerprint(program: Any) -> str:

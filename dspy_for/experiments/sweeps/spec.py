@@ -41,7 +41,8 @@ class SweepSpec(RunSpec):
     fixed: dict[str, Any] = field(default_factory=dict)
     objectives: list[str] = field(default_factory=lambda: ["accuracy"])
     sampler: str = "tpe"
-    pruner: str = "median"
+    pruner: str = "median"  # median | paired (anytime-valid, against the best trial so far) | none
+    alpha: float = 0.05  # the paired pruner's error rate
     n_trials: int = 10
     chunk_size: int = 4
     study: str = "dspy-for-sweep"
@@ -148,8 +149,15 @@ class SweepSpec(RunSpec):
             )
         if self.sampler not in ("tpe", "nsga2", "random"):
             raise ConfigError(f"`sampler` must be 'tpe', 'nsga2' or 'random', got {self.sampler!r}.")
-        if self.pruner not in ("median", "none"):
-            raise ConfigError(f"`pruner` must be 'median' or 'none', got {self.pruner!r}.")
+        if self.pruner not in ("median", "paired", "none"):
+            raise ConfigError(f"`pruner` must be 'median', 'paired' or 'none', got {self.pruner!r}.")
+        if self.pruner == "paired" and not self.multi and self.objectives[0] == "tokens_per_item":
+            raise ConfigError(
+                '`pruner = "paired"` tests per-item accuracy or judge scores; with the objective tokens_per_item '
+                'use `pruner = "median"`.'
+            )
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 1:
+            raise ConfigError(f"`alpha` must be a number in (0, 1), got {self.alpha!r}.")
         for name in ("n_trials", "chunk_size", "max_consecutive_failures"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

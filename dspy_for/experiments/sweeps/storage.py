@@ -101,7 +101,7 @@ def _sampler(spec: SweepSpec) -> Any:
 def _pruner(spec: SweepSpec) -> Any:
     import optuna
 
-    if spec.pruner == "none" or spec.multi:
+    if spec.pruner in ("none", "paired") or spec.multi:  # paired: the objective prunes (see .pruning)
         return optuna.pruners.NopPruner()
     return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
 

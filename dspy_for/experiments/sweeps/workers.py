@@ -18,11 +18,13 @@ from typing import Any
 from filelock import FileLock
 
 from dspy_for.compat import optuna as optuna_compat
+from dspy_for.datasets import content_key
 from dspy_for.errors import ConfigError, DspyForError
 from dspy_for.experiments.core import Evaluation, load_examples, prepare_run
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
-from dspy_for.experiments.sweeps.spec import SweepSpec
+from dspy_for.experiments.sweeps.pruning import ITEM_VALUES, incumbent_values, item_values, resolved_worse
+from dspy_for.experiments.sweeps.spec import OBJECTIVES, SweepSpec
 from dspy_for.experiments.sweeps.storage import HOST, counted, lock_path, open_study, recover_stale
 from dspy_for.experiments.tracking.sink import MlflowSink
 
@@ -60,6 +62,23 @@ class TrialObjective:
     def __init__(self, spec: SweepSpec, deadline: float | None = None) -> None:
         self.spec, self.deadline = spec, deadline
         self.examples = load_examples(spec.dataset)
+        self.order = [content_key(ex.get("question"), ex.get("answer")) for ex in self.examples]
+
+    def _paired_prune(self, trial: Any, values: list[float | None]) -> bool:
+        """``pruner = "paired"``: resolved worse than the best trial so far (see :mod:`.pruning`)."""
+        if self.spec.pruner != "paired":
+            return False
+        incumbent = incumbent_values(trial.study)
+        if incumbent is None:
+            return False
+        objective = self.spec.objectives[0]
+        return resolved_worse(
+            values,
+            incumbent,
+            maximize=OBJECTIVES[objective] == "maximize",
+            alpha=self.spec.alpha,
+            binary=objective in ("accuracy", "judged_accuracy"),
+        )
 
     def __call__(self, trial: Any) -> Any:
         import optuna
@@ -95,9 +114,11 @@ class TrialObjective:
                     spec.objectives[0],
                     value,
                 )
+                values = item_values(ev.result, spec.objectives[0], self.order)
+                trial.set_user_attr(ITEM_VALUES, values)
                 if not spec.multi:
                     trial.report(value, step)
-                    if trial.should_prune():
+                    if trial.should_prune() or self._paired_prune(trial, values):
                         raise optuna.TrialPruned()
         final = summarize(ev.result)
         values = [objective_value(final, o) for o in spec.objectives]

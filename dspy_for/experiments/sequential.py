@@ -1,0 +1,141 @@
+"""Sequential comparisons (``compare --sequential``): answers as soon as the data allows.
+
+Every method runs on the same items in one seeded order, ``batch_size`` items at a time and interleaved, so no
+method runs far ahead. After each batch every pair (method, baseline) is tested on the items both scored, in
+order, by an anytime-valid paired test (:class:`dspy_for.stats.PairedSequentialTest`): checking after every item
+does not inflate its error rate, so a pair is *resolved* the first time its test rejects and its stopping n and
+direction are final. A method whose pair is resolved stops running; the comparison stops when every pair is
+resolved, at ``max_items``, or once the methods have spent ``max_total_tokens``. The error rate ``alpha`` holds over
+all the pairs together: each pair is tested at ``alpha / pairs`` (Bonferroni).
+
+A failed item is an error, never an outcome of the test: it is left out of the pair's sequence (and reported, and
+run again on resume). Items already in the results store cost no LM call, so a comparison over stored results is a
+replay: "at what n would this have been resolved?"
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from dspy_for import stats  # TEMP-LAZY: the sequential names land with the stats package
+from dspy_for.datasets import content_key
+from dspy_for.experiments.core import Evaluation, MethodResult, PreparedRun, ResultStore
+from dspy_for.experiments.spec import ExperimentSpec
+from dspy_for.experiments.tracking import store
+from dspy_for.experiments.tracking.sink import MlflowSink
+
+__all__ = ["PairOutcome", "log_outcomes", "outcome_rows", "paired_sequence", "run_sequential", "seeded_order"]
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    """One pair's sequential test as the comparison ended: resolved (with its stopping n and direction) or not
+    (with the current interval), over ``result.n`` paired items."""
+
+    dataset: str
+    method: str
+    baseline: str
+    result: Any
+
+    def text(self) -> str:
+        r = self.result
+        interval = f"Δ {100 * r.diff:+.1f} pts, anytime-valid CI [{100 * r.low:+.1f}, {100 * r.high:+.1f}]"
+        if r.resolved:
+            who = self.method if r.direction > 0 else self.baseline
+            return f"{self.method} vs {self.baseline}: resolved at n={r.stopped_at}, {who} better ({interval})"
+        return f"{self.method} vs {self.baseline}: unresolved after n={r.n} ({interval})"
+
+
+def seeded_order(examples: Sequence[dspy.Example], seed: int) -> list[dspy.Example]:
+    """The items in the order a sequential comparison (and its replay) takes them: a seeded shuffle, so the
+    stopping n does not depend on how the data file happens to be sorted."""
+    order = list(examples)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def paired_sequence(a: MethodResult, b: MethodResult, order: Sequence[dspy.Example]) -> list[tuple[float, float]]:
+    """The (a, b) scores of the items both scored (neither failed), in ``order``."""
+    mine, theirs = a.scores_by_key(), b.scores_by_key()
+    keys = [content_key(ex.get("question"), ex.get("answer")) for ex in order]
+    return [(mine[k], theirs[k]) for k in keys if k in mine and k in theirs]
+
+
+def run_sequential(
+    spec: ExperimentSpec, runs: dict[str, PreparedRun], child_runs: dict[str, str], items_dir: Path
+) -> tuple[dict[str, MethodResult], list[PairOutcome]]:
+    """Run ``runs`` (by label; the baseline among them) sequentially on one dataset (see the module docstring).
+    ``child_runs``: each method's MLflow run, which streams its items and is ended by the caller."""
+    baseline = spec.baseline or next(iter(runs))
+    base_run = runs[baseline]
+    order = seeded_order(base_run.examples, spec.seed)[: spec.max_items or None]
+    others = [label for label in runs if label != baseline]
+    alpha = stats.split_alpha(spec.alpha, len(others))
+    tests = {label: stats.PairedSequentialTest(kind="binary", alpha=alpha) for label in others}
+    fed = {label: 0 for label in others}  # paired items already given to each test
+    open_: set[str] = set(others)
+    with ExitStack() as stack:
+        evaluations: dict[str, Evaluation] = {}
+        for label, run in runs.items():
+            results = stack.enter_context(
+                ResultStore.in_dir(items_dir, run.dataset.name, run.dataset.split, label, run.key).exclusive()
+            )
+            sink = MlflowSink(run, child_runs[label], end_run=False)
+            evaluations[label] = stack.enter_context(
+                Evaluation(run, store=results, sinks=[sink], origin=child_runs[label])
+            )
+        for start in range(0, len(order), spec.batch_size):
+            batch = order[start : start + spec.batch_size]
+            for label in [baseline, *sorted(open_)]:
+                evaluations[label].feed(batch)
+            seen = order[: start + len(batch)]
+            for label in sorted(open_):
+                pairs = paired_sequence(evaluations[label].result, evaluations[baseline].result, seen)
+                tests[label].extend(pairs[fed[label] :])  # the new pairs, in order
+                fed[label] = len(pairs)
+                if tests[label].result.resolved:
+                    open_.discard(label)
+            if not open_ or _spent(evaluations) >= (spec.max_total_tokens or float("inf")):
+                break
+        results_by_label = {label: ev.result for label, ev in evaluations.items()}
+    dataset = base_run.dataset.name
+    outcomes = [PairOutcome(dataset, label, baseline, tests[label].result) for label in others]
+    return results_by_label, outcomes
+
+
+def _spent(evaluations: dict[str, Evaluation]) -> float:
+    """Tokens the methods have served so far (what a cold run costs: spent plus served from cache), failed items
+    included."""
+    totals = (i.usage.get("total", {}) for ev in evaluations.values() for i in ev.result.items)
+    return float(sum(t.get("tokens", 0) + t.get("cached_tokens", 0) for t in totals))
+
+
+def outcome_rows(outcomes: list[PairOutcome]) -> list[dict[str, Any]]:
+    """The pairs as plain rows (kept in the comparison's result and in ``sequential.jsonl``)."""
+    return [
+        {"dataset": o.dataset, "method": o.method, "baseline": o.baseline, **o.result.to_dict(), "text": o.text()}
+        for o in outcomes
+    ]
+
+
+def log_outcomes(parent: str, outcomes: list[PairOutcome]) -> None:
+    """Per pair on the parent run: its stopping n (resolved pairs), paired n, difference and interval, and a tag
+    ``resolved`` / ``unresolved``; the rows in ``sequential.jsonl``."""
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    for o in outcomes:
+        r, key = o.result, f"sequential.{o.dataset}.{o.method}"
+        metrics.update({f"{key}.n": float(r.n), f"{key}.diff": r.diff, f"{key}.low": r.low, f"{key}.high": r.high})
+        if r.resolved and r.stopped_at is not None:
+            metrics[f"{key}.stopping_n"] = float(r.stopped_at)
+        tags[key] = "resolved" if r.resolved else "unresolved"
+    store.log_metrics(parent, metrics)
+    store.set_tags(parent, tags)
+    store.log_table(parent, outcome_rows(outcomes), "sequential.jsonl")
