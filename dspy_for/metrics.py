@@ -3,8 +3,9 @@
 * :func:`extract_number` — the FOR paper's numeric answer rule (``#### N`` marker, else the last number).
 * :func:`numeric_match`, :func:`choice_match`, :func:`integer_match`, :func:`word_sort_match`.
 * :func:`numeric_match_with_feedback` — the same rule, returning GEPA-style ``(score, feedback)``.
-* The LLM judges (:class:`~dspy_for.judges.JudgeMatch`, :class:`~dspy_for.judges.QualityJudge`,
-  :class:`~dspy_for.judges.Judge`) live in :mod:`dspy_for.judges` and can be imported from here too.
+* :func:`field_value` — a field of an example or prediction, whichever shape it has.
+
+The LLM judge (:class:`~dspy_for.judges.Judge`) lives in :mod:`dspy_for.judges`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "choice_match",
     "extract_choice",
     "extract_number",
+    "field_value",
     "integer_match",
     "metric_for",
     "numeric_match",
@@ -92,7 +94,7 @@ def extract_number(text: Any) -> float | None:
     return None
 
 
-def _pred_value(prediction: Any, field: str) -> Any:
+def field_value(prediction: Any, field: str) -> Any:
     if isinstance(prediction, dspy.Prediction | dspy.Example) or hasattr(prediction, field):
         try:
             return prediction[field] if field in prediction else getattr(prediction, field, None)
@@ -103,8 +105,8 @@ def _pred_value(prediction: Any, field: str) -> Any:
 
 def numeric_match(example: Any, prediction: Any, trace: Any = None, *, field: str = "answer") -> bool:
     """True when |pred − gold| < 1e-2 (FOR paper rule). Works on typed numeric fields and free text."""
-    gold = extract_number(_pred_value(example, field))
-    pred = extract_number(_pred_value(prediction, field))
+    gold = extract_number(field_value(example, field))
+    pred = extract_number(field_value(prediction, field))
     return gold is not None and pred is not None and abs(pred - gold) < TOLERANCE
 
 
@@ -112,8 +114,8 @@ def numeric_match_with_feedback(
     gold: Any, pred: Any, trace: Any = None, pred_name: str | None = None, pred_trace: Any = None
 ) -> dspy.Prediction:
     """GEPA-style metric: score plus a feedback text the reflection LM can use."""
-    expected = extract_number(_pred_value(gold, "answer"))
-    got = extract_number(_pred_value(pred, "answer"))
+    expected = extract_number(field_value(gold, "answer"))
+    got = extract_number(field_value(pred, "answer"))
     score = float(expected is not None and got is not None and abs(got - expected) < TOLERANCE)
     if score:
         feedback = f"Correct: the final answer {got:g} matches the expected {expected:g}."
@@ -124,7 +126,7 @@ def numeric_match_with_feedback(
         )
     else:
         feedback = f"Wrong: the final answer {got:g} differs from the expected {expected:g}."
-    solution = _pred_value(gold, "gold_solution")
+    solution = field_value(gold, "gold_solution")
     if not score and isinstance(solution, str) and solution:
         feedback += f" A correct solution: {solution}"
     return dspy.Prediction(score=score, feedback=feedback)
@@ -145,13 +147,13 @@ def extract_choice(text: Any) -> str | None:
 
 
 def choice_match(example: Any, prediction: Any, trace: Any = None, *, field: str = "answer") -> bool:
-    gold = extract_choice(_pred_value(example, field))
-    return gold is not None and gold == extract_choice(_pred_value(prediction, field))
+    gold = extract_choice(field_value(example, field))
+    return gold is not None and gold == extract_choice(field_value(prediction, field))
 
 
 def integer_match(example: Any, prediction: Any, trace: Any = None, *, field: str = "answer") -> bool:
-    gold = extract_number(_pred_value(example, field))
-    pred = extract_number(_pred_value(prediction, field))
+    gold = extract_number(field_value(example, field))
+    pred = extract_number(field_value(prediction, field))
     return gold is not None and pred is not None and float(pred).is_integer() and int(pred) == int(gold)
 
 
@@ -161,8 +163,8 @@ def _words(text: Any) -> list[str]:
 
 def word_sort_match(example: Any, prediction: Any, trace: Any = None, *, field: str = "answer") -> bool:
     """Exact match of the sorted word sequence (case, commas and extra whitespace ignored)."""
-    gold = _words(_pred_value(example, field))
-    return bool(gold) and gold == _words(_pred_value(prediction, field))
+    gold = _words(field_value(example, field))
+    return bool(gold) and gold == _words(field_value(prediction, field))
 
 
 _METRICS: dict[str, Callable[..., bool]] = {
@@ -178,15 +180,3 @@ def metric_for(dataset: str) -> Callable[..., bool]:
     """The metric a dataset is scored with (see ``dspy_for.datasets.DATASETS``)."""
     name = dataset_info(dataset).name
     return _METRICS[name]
-
-
-# the judges live in dspy_for.judges (they call LMs); their names stay importable from here
-_JUDGE_NAMES = ("RUBRICS", "Judge", "JudgeMatch", "JudgeVerdict", "QualityJudge")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _JUDGE_NAMES:
-        from dspy_for import judges  # judges imports this module: a module-level import here would cycle
-
-        return getattr(judges, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,12 +2,8 @@ from __future__ import annotations
 
 import dspy
 import pytest
-from dspy.utils import DummyLM
 
-from dspy_for.lm.usage import track_usage
 from dspy_for.metrics import (
-    JudgeMatch,
-    QualityJudge,
     choice_match,
     extract_choice,
     extract_number,
@@ -97,27 +93,3 @@ def test_other_metrics():
     assert metric_for("gsm8k") is numeric_match and metric_for("aqua") is choice_match
 
 
-def test_judge_match_uses_judge_and_falls_back():
-    ex = dspy.Example(question="2+2?", answer=4.0)
-    pred = dspy.Prediction(answer="four")
-    assert JudgeMatch(None).judge(ex, pred) == (False, "rule")
-    judge = DummyLM([{"match": "True"}])
-    with track_usage() as usage:
-        assert JudgeMatch(judge).judge(ex, pred) == (True, "judge")
-    assert usage["judge"].calls == 1
-
-    class Broken(DummyLM):
-        def __call__(self, *a, **k):
-            raise RuntimeError("judge down")
-
-    assert JudgeMatch(Broken([])).judge(ex, dspy.Prediction(answer="4")) == (True, "rule")
-
-
-def test_quality_judge_scores_are_clipped():
-    lm = DummyLM([{"score": "1.7"}, {"score": "0.4"}])
-    judge = QualityJudge("reasoning", lm)
-    ex = dspy.Example(question="q")
-    assert judge(ex, dspy.Prediction(reasoning="r", answer="a")) == 1.0
-    assert judge(ex, dspy.Prediction(reasoning="r", answer="a")) == 0.4
-    with pytest.raises(Exception, match="Unknown rubric"):
-        QualityJudge("style", lm)
