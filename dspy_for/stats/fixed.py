@@ -1,10 +1,16 @@
-"""Intervals and paired tests for method comparisons.
+"""Fixed-n intervals and paired tests for method comparisons (n chosen before looking).
 
 * :func:`wilson_interval` for proportions; :func:`bootstrap_interval` for scores;
   :func:`mean_with_ci` picks the right one.
 * :func:`mcnemar_exact` (binary outcomes) and :func:`paired_bootstrap` (scores) on the same items;
   :func:`paired_comparison` picks the right one and returns difference, interval and p-value.
+* :func:`cohens_kappa`: agreement of two raters' yes/no labels.
 * :func:`smallest_resolvable_difference`: the smallest paired accuracy difference n items can show.
+
+Where a well-kept library computes the same statistic, it does the arithmetic here: statsmodels for the Wilson
+interval, the exact McNemar test and Cohen's κ. The bootstraps stay ours (see their docstrings); every printed
+value is pinned by ``tests/stats/test_fixed.py``. For comparisons checked after every item, see
+:mod:`dspy_for.stats.sequential`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats as _st
+from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
+from statsmodels.stats.inter_rater import cohens_kappa as _sm_cohens_kappa
+from statsmodels.stats.proportion import proportion_confint as _sm_proportion_confint
 
 from dspy_for.errors import ConfigError
 
@@ -33,29 +43,37 @@ __all__ = [
 
 
 def _z(confidence: float) -> float:
-    if not 0 < confidence < 1:
-        raise ConfigError(f"`confidence` must be in (0, 1), got {confidence}.")
+    _check_confidence(confidence)
     return float(_st.norm.ppf(0.5 + confidence / 2))
 
 
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ConfigError(f"`confidence` must be in (0, 1), got {confidence}.")
+
+
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a proportion ``successes / n``."""
+    """Wilson score interval for a proportion ``successes / n`` (Wilson 1927), computed by statsmodels'
+    ``proportion_confint(method="wilson")``; ``(0.0, 0.0)`` when ``n`` is 0."""
     if n <= 0:
         return (0.0, 0.0)
     if not 0 <= successes <= n:
         raise ConfigError(f"`successes` must be between 0 and n={n}, got {successes}.")
-    z = _z(confidence)
+    _check_confidence(confidence)
+    low, high = _sm_proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
     p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half)))  # p inside, despite rounding
+    return (min(p, max(0.0, float(low))), max(p, min(1.0, float(high))))  # p inside, despite rounding
 
 
 def bootstrap_interval(
     scores: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``scores`` (seeded)."""
+    """Percentile bootstrap interval of the mean of ``scores`` (seeded; Efron & Tibshirani 1993, ch. 13).
+
+    Ours, not ``scipy.stats.bootstrap(method="percentile")``: scipy draws its resamples from numpy's generator and
+    interpolates between order statistics, so it would move the intervals already printed in the committed
+    tables; this one draws with :class:`random.Random` (``seed``) and reads the order statistic at
+    ``int(q * (n_boot - 1))``."""
     xs = [float(s) for s in scores]
     if not xs:
         return (0.0, 0.0)
@@ -97,21 +115,29 @@ def _check_paired(a: Sequence[float], b: Sequence[float]) -> None:
         raise ConfigError(f"Paired comparison needs scores on the same items: got {len(a)} and {len(b)} scores.")
 
 
-def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided exact McNemar p-value (binomial test on the discordant pairs)."""
-    _check_paired(a, b)
+def _discordant(a: Sequence[float], b: Sequence[float]) -> tuple[int, int]:
+    """(items only A got right, items only B got right)."""
     only_a = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
     only_b = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
-    k = only_a + only_b
-    if k == 0:
+    return only_a, only_b
+
+
+def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided exact McNemar p-value (McNemar 1947): the binomial test on the discordant pairs, computed by
+    statsmodels' ``mcnemar(table, exact=True)``; 1.0 without discordant pairs."""
+    _check_paired(a, b)
+    only_a, only_b = _discordant(a, b)
+    if only_a + only_b == 0:
         return 1.0
-    return float(_st.binomtest(only_a, k, 0.5).pvalue)
+    return float(_sm_mcnemar(np.array([[0, only_a], [only_b, 0]]), exact=True).pvalue)
 
 
 def paired_bootstrap(
     a: Sequence[float], b: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, seed: int = 0
 ) -> PairedResult:
-    """Paired bootstrap of the mean difference; p-value from the bootstrap distribution (two-sided)."""
+    """Paired bootstrap of the mean difference; p-value from the bootstrap distribution (two-sided).
+
+    Ours, for the reason given in :func:`bootstrap_interval` (scipy's resampling would move printed values)."""
     _check_paired(a, b)
     d = [float(x) - float(y) for x, y in zip(a, b, strict=True)]
     n = len(d)
@@ -132,8 +158,9 @@ def paired_bootstrap(
 def paired_comparison(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> PairedResult:
     """Compare method A with method B on the same items.
 
-    Binary outcomes: exact McNemar p-value with a Newcombe-style Wald interval on the paired difference
-    (continuity-free); scores: paired bootstrap.
+    Binary outcomes: exact McNemar p-value with a Wald interval on the paired difference (continuity-free; the
+    variance of a difference of dependent proportions, Agresti, "Categorical Data Analysis", 2013; no library
+    computes exactly this interval, so it stays ours); scores: paired bootstrap.
     """
     _check_paired(a, b)
     if not (_binary(a) and _binary(b)):
@@ -141,8 +168,7 @@ def paired_comparison(a: Sequence[float], b: Sequence[float], confidence: float 
     n = len(a)
     if n == 0:
         return PairedResult(0.0, 0.0, 0.0, 1.0, "mcnemar_exact", 0)
-    only_a = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
-    only_b = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+    only_a, only_b = _discordant(a, b)
     diff = (only_a - only_b) / n
     z = _z(confidence)
     var = ((only_a + only_b) / n - diff * diff) / n
@@ -151,15 +177,22 @@ def paired_comparison(a: Sequence[float], b: Sequence[float], confidence: float 
 
 
 def cohens_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
-    """Cohen's κ of two raters' yes/no labels on the same items (1 = perfect agreement, 0 = chance)."""
+    """Cohen's κ of two raters' yes/no labels on the same items (1 = perfect agreement, 0 = chance; Cohen 1960),
+    computed by statsmodels' ``cohens_kappa`` on the 2x2 table. Where κ is 0/0 it is defined here: 0.0 without
+    items, 1.0 when both raters give every item the same single label (chance agreement is already perfect)."""
     _check_paired([float(x) for x in a], [float(y) for y in b])
     n = len(a)
     if n == 0:
         return 0.0
-    observed = sum(1 for x, y in zip(a, b, strict=True) if bool(x) == bool(y)) / n
-    pa, pb = sum(map(bool, a)) / n, sum(map(bool, b)) / n
-    expected = pa * pb + (1 - pa) * (1 - pb)
-    return 1.0 if expected == 1 else (observed - expected) / (1 - expected)
+    xs, ys = [bool(x) for x in a], [bool(y) for y in b]
+    both = sum(x and y for x, y in zip(xs, ys, strict=True))
+    only_a, only_b = _discordant(xs, ys)
+    table = np.array([[both, only_a], [only_b, n - both - only_a - only_b]])  # rows: rater A yes/no; columns: B
+    pa, pb = sum(xs) / n, sum(ys) / n
+    if pa * pb + (1 - pa) * (1 - pb) == 1:  # chance agreement 1: statsmodels' κ is nan
+        return 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):  # its z statistic divides by a zero variance at κ = 0
+        return float(_sm_cohens_kappa(table).kappa)
 
 
 def smallest_resolvable_difference(n: int, alpha: float = 0.05) -> float | None:

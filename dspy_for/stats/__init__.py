@@ -1,0 +1,54 @@
+"""Statistics for method comparisons.
+
+* Fixed n (:mod:`dspy_for.stats.fixed`): :func:`wilson_interval`, :func:`bootstrap_interval`, :func:`mean_with_ci`,
+  :func:`mcnemar_exact`, :func:`paired_bootstrap`, :func:`paired_comparison`, :func:`cohens_kappa`,
+  :func:`smallest_resolvable_difference`, :func:`format_p_value`.
+* Checked after every item (:mod:`dspy_for.stats.sequential`): :class:`PairedSequentialTest` (an anytime-valid
+  paired test and confidence sequence), :func:`replay` on stored results, :func:`split_alpha` for several pairs.
+
+What each statistic is, how it is built and where it comes from: ``docs/statistics.md``.
+"""
+
+from __future__ import annotations
+
+from dspy_for.stats.fixed import (
+    PairedResult,
+    bootstrap_interval,
+    cohens_kappa,
+    format_p_value,
+    mcnemar_exact,
+    mean_with_ci,
+    paired_bootstrap,
+    paired_comparison,
+    smallest_resolvable_difference,
+    wilson_interval,
+)
+from dspy_for.stats.sequential import (
+    BettingConfidenceSequence,
+    PairedSequentialTest,
+    SequentialResult,
+    calibrated_threshold,
+    discordant_log_e,
+    replay,
+    split_alpha,
+)
+
+__all__ = [
+    "BettingConfidenceSequence",
+    "PairedResult",
+    "PairedSequentialTest",
+    "SequentialResult",
+    "bootstrap_interval",
+    "calibrated_threshold",
+    "cohens_kappa",
+    "discordant_log_e",
+    "format_p_value",
+    "mcnemar_exact",
+    "mean_with_ci",
+    "paired_bootstrap",
+    "paired_comparison",
+    "replay",
+    "smallest_resolvable_difference",
+    "split_alpha",
+    "wilson_interval",
+]
