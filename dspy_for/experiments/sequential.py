@@ -24,12 +24,12 @@ from typing import Any
 
 import dspy
 
-from dspy_for import stats  # TEMP-LAZY: the sequential names land with the stats package
 from dspy_for.datasets import content_key
 from dspy_for.experiments.core import Evaluation, MethodResult, PreparedRun, ResultStore
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.sink import MlflowSink
+from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
 
 __all__ = ["PairOutcome", "log_outcomes", "outcome_rows", "paired_sequence", "run_sequential", "seeded_order"]
 
@@ -42,7 +42,7 @@ class PairOutcome:
     dataset: str
     method: str
     baseline: str
-    result: Any
+    result: SequentialResult
 
     def text(self) -> str:
         r = self.result
@@ -77,8 +77,8 @@ def run_sequential(
     base_run = runs[baseline]
     order = seeded_order(base_run.examples, spec.seed)[: spec.max_items or None]
     others = [label for label in runs if label != baseline]
-    alpha = stats.split_alpha(spec.alpha, len(others))
-    tests = {label: stats.PairedSequentialTest(kind="binary", alpha=alpha) for label in others}
+    alpha = split_alpha(spec.alpha, len(others))
+    tests = {label: PairedSequentialTest(kind="binary", alpha=alpha) for label in others}
     fed = {label: 0 for label in others}  # paired items already given to each test
     open_: set[str] = set(others)
     with ExitStack() as stack:

@@ -120,7 +120,9 @@ def test_a_judge_added_later_grades_stored_items_without_rerunning_the_method(sc
     compare(_write(tmp_path), tracking_uri=uri)
     assert len(JUDGE_CALLS) == 10  # verdicts are stored with the items: a re-run grades nothing again
     # the same items without a judge: the stored verdicts stay in the store, out of this run's numbers
+    stores = {p: p.read_text() for p in (tmp_path / "mlruns" / "compare" / "items").rglob("*.jsonl")}
     unjudged = compare(_write(tmp_path, CONFIG.replace('[judge]\nlm = "openai/judge-model"\n', "")), tracking_uri=uri)
+    assert {p: p.read_text() for p in stores} == stores  # nothing written: no verdict-less copy shadows a verdict
     assert all(i.judge is None for i in unjudged.results["gsm8k"]["cot"].items)
     assert not any("judge" in r for r in unjudged.rows) and "judged" not in table_text(unjudged)
     rejudged = compare(_write(tmp_path), tracking_uri=uri)

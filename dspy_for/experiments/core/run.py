@@ -198,7 +198,10 @@ class Evaluation:
         return judge_item(run.judge, run.judge_name, stored, example)
 
     def _land(self, record: ItemResult, calls: Sequence[CallRecord], *, reused: bool) -> None:
-        changed = not reused or record.judge != self.stored[record.key].judge
+        # a reused record is stored again only when this run's judge gave it a new verdict (a verdict dropped
+        # because this run has no judge stays in the store)
+        judged = self.run.judge is not None and reused and record.judge != self.stored[record.key].judge
+        changed = not reused or judged
         self._items[record.key] = record
         (self._reused_keys.add if reused else self._reused_keys.discard)(record.key)
         landed = Landed(record, tuple(calls), reused=reused, changed=changed)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dspy_for import stats  # TEMP-LAZY: the sequential names land with the stats package
 from dspy_for.experiments.core import MethodResult
+from dspy_for.stats import PairedSequentialTest
 
 __all__ = ["ITEM_VALUES", "item_values", "resolved_worse"]
 
@@ -45,7 +45,7 @@ def resolved_worse(
     pairs = [(a, b) for a, b in zip(mine, incumbent, strict=False) if a is not None and b is not None]
     if not pairs:
         return False
-    test = stats.PairedSequentialTest(kind="binary" if binary else "bounded", alpha=alpha)
+    test = PairedSequentialTest(kind="binary" if binary else "bounded", alpha=alpha)
     result = test.extend(pairs)
     worse = -1 if maximize else 1  # direction is +1 when the first (this trial) is larger
     return bool(result.resolved and result.direction == worse)

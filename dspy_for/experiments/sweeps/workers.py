@@ -114,11 +114,11 @@ class TrialObjective:
                     spec.objectives[0],
                     value,
                 )
-                values = item_values(ev.result, spec.objectives[0], self.order)
-                trial.set_user_attr(ITEM_VALUES, values)
+                per_item = item_values(ev.result, spec.objectives[0], self.order)
+                trial.set_user_attr(ITEM_VALUES, per_item)
                 if not spec.multi:
                     trial.report(value, step)
-                    if trial.should_prune() or self._paired_prune(trial, values):
+                    if trial.should_prune() or self._paired_prune(trial, per_item):
                         raise optuna.TrialPruned()
         final = summarize(ev.result)
         values = [objective_value(final, o) for o in spec.objectives]
