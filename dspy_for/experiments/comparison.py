@@ -19,7 +19,7 @@ from typing import Any
 from dspy_for.datasets import data_hash
 from dspy_for.experiments.core import Evaluation, MethodResult, PreparedRun, ResultStore, prepare_run, with_options
 from dspy_for.experiments.core.records import ComparisonResult
-from dspy_for.experiments.core.sinks import sigterm_as_interrupt
+from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
@@ -52,7 +52,7 @@ def compare(
     parent = out.run_id = store.start_run(f"compare-{spec.experiment}", spec.experiment, tags=tags)
     status = "FAILED"
     try:
-        with sigterm_as_interrupt():
+        with interruptible():
             spec_params = {**spec.to_dict(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
             store.log_params(parent, {"spec": spec_params, **store.environment_params()})
             for d in spec.datasets:

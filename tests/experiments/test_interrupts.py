@@ -18,6 +18,7 @@ import pytest
 from dspy.clients.cache import Cache
 
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, compare
+from dspy_for.experiments.core.sinks import RunInterrupted, critical, interruptible
 from dspy_for.testing import ScriptedLM
 
 SCRIPT = """
@@ -25,6 +26,7 @@ import time
 import dspy
 from dspy.clients.cache import Cache
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, compare
+from dspy_for.experiments.core.sinks import RunInterrupted, critical, interruptible
 from dspy_for.testing import ScriptedLM
 
 dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=False, disk_cache_dir="")
@@ -105,3 +107,20 @@ def test_a_torn_last_line_is_cut_and_its_item_run_again_once(tmp_path: Path, mon
     records = [json.loads(line) for line in lines]  # every line whole again
     assert len(records) == 4 and len({r["question"] for r in records}) == 4
     assert result.results["gsm8k"]["cot"].n_scored == 4
+
+
+@pytest.mark.parametrize(("sig", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, RunInterrupted)])
+def test_a_signal_inside_a_write_is_raised_after_the_write(sig, raised):
+    """An interrupt mid-write could leave the SQLite tracking store locked: it is raised once the write ends."""
+    wrote = []
+    with interruptible():
+        with pytest.raises(raised), critical():
+            os.kill(os.getpid(), sig)
+            time.sleep(0.05)
+            wrote.append("whole")
+        assert wrote == ["whole"]
+        with pytest.raises(raised):  # outside a write: at once
+            os.kill(os.getpid(), sig)
+            time.sleep(1)
+            wrote.append("never")
+    assert wrote == ["whole"]

@@ -34,7 +34,7 @@ from dspy_for.datasets import content_key
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult
-from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, sigterm_as_interrupt
+from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, critical, interruptible
 from dspy_for.experiments.core.store import ResultStore
 from dspy_for.lm.usage import CallRecord, role, track_usage
 from dspy_for.secrets import redact
@@ -90,7 +90,7 @@ class Evaluation:
         new = [ex for ex in examples if _key(ex) not in self._items]
         fresh = [ex for ex in new if _key(ex) not in self.stored]
         self.progress.expect(len(fresh))
-        with sigterm_as_interrupt():
+        with interruptible():
             stopped = False
             for ex in new:
                 if _key(ex) in self.stored:
@@ -124,8 +124,9 @@ class Evaluation:
             return
         result = self.result
         self.status = status or ("FAILED" if result.all_failed else "FINISHED")
-        for sink in self.sinks:
-            sink.close(result, self.status)
+        with critical():
+            for sink in self.sinks:
+                sink.close(result, self.status)
 
     def __enter__(self) -> Evaluation:
         return self
@@ -205,8 +206,9 @@ class Evaluation:
         self._items[record.key] = record
         (self._reused_keys.add if reused else self._reused_keys.discard)(record.key)
         landed = Landed(record, tuple(calls), reused=reused, changed=changed)
-        for sink in self.sinks:
-            sink.add(landed)
+        with critical():
+            for sink in self.sinks:
+                sink.add(landed)
 
 
 @dataclass

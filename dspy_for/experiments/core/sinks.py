@@ -22,8 +22,9 @@ __all__ = [
     "RunStatus",
     "Sink",
     "StopRule",
+    "critical",
+    "interruptible",
     "progress_text",
-    "sigterm_as_interrupt",
 ]
 
 #: how a run ended, in MLflow's words: every item ran, the run raised or every item failed, or it was stopped
@@ -97,22 +98,57 @@ class RunInterrupted(KeyboardInterrupt):
     ``KeyboardInterrupt``, so a run stopped either way closes its sinks the same way (MLflow: KILLED)."""
 
 
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise RunInterrupted(f"stopped by signal {signal.Signals(signum).name}")
+#: the main thread's critical sections (writes to the results store and the tracking store) and the signal that
+#: arrived inside one, raised when the outermost section ends
+_critical: dict[str, Any] = {"depth": 0, "pending": None}
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    if signum == signal.SIGTERM:
+        return RunInterrupted(f"stopped by signal {signal.Signals(signum).name}")
+    return KeyboardInterrupt()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if _critical["depth"] > 0:  # never mid-write: a write torn by an exception can leave SQLite locked
+        _critical["pending"] = signum
+        return
+    raise _interrupt(signum)
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Inside the block, SIGTERM raises :class:`RunInterrupted` in the main thread (elsewhere: no change)."""
+def interruptible() -> Iterator[None]:
+    """Inside the block, in the main thread, Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` and SIGTERM
+    :class:`RunInterrupted` — at once during an LM call, but only after the write in progress when one arrives
+    inside a :func:`critical` section (a record being stored, a trace or an MLflow status being written)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is _raise_interrupted:
+    if signal.getsignal(signal.SIGINT) is _on_signal:
         yield
         return
-    signal.signal(signal.SIGTERM, _raise_interrupted)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, _on_signal)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
+def critical() -> Iterator[None]:
+    """A write that an interrupt must not cut in two (see :func:`interruptible`); the interrupt follows it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _critical["depth"] += 1
+    try:
+        yield
+    finally:
+        _critical["depth"] -= 1
+        pending = _critical["pending"]
+        if _critical["depth"] == 0 and pending is not None:
+            _critical["pending"] = None
+            raise _interrupt(pending)

@@ -25,7 +25,7 @@ from typing import Any
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.core import evaluate, prepare_run
-from dspy_for.experiments.core.sinks import sigterm_as_interrupt
+from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.core.summary import summarize
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
@@ -94,7 +94,7 @@ def sweep(
     requeue_failed(study)
     parent = sweep_tracking.start_parent(spec)
     try:
-        with sigterm_as_interrupt():
+        with interruptible():
             study = run_study(
                 spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout
             )

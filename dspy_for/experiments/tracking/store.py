@@ -10,19 +10,21 @@ value equal to a secret-looking environment variable, in params, tags and artifa
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import FileLock
 
+from dspy_for.experiments.core.sinks import critical
 from dspy_for.jsonwalk import flat_items
 from dspy_for.secrets import is_secret_key, redact
 
@@ -46,6 +48,18 @@ __all__ = [
 ]
 
 _MAX_PARAM = 6000
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def critical_write(fn: _F) -> _F:
+    """A write to the tracking store that a Ctrl-C or SIGTERM never cuts in two (it is raised after the write)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with critical():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def default_tracking_uri(root: str | os.PathLike[str] = ".") -> str:
@@ -148,6 +162,7 @@ def client() -> Any:
     return MlflowClient(mlflow.get_tracking_uri())
 
 
+@critical_write
 def start_run(
     name: str, experiment: str, *, parent_id: str | None = None, tags: Mapping[str, str] | None = None
 ) -> str:
@@ -169,10 +184,12 @@ def active_run(run_id: str, enabled: bool = True) -> Iterator[None]:
         yield
 
 
+@critical_write
 def end_run(run_id: str, status: str) -> None:
     client().set_terminated(run_id, status=status)
 
 
+@critical_write
 def log_params(run_id: str, params: Mapping[str, Any]) -> None:
     """``params`` flattened and made safe (:func:`safe_params`), in one call."""
     from mlflow.entities import Param
@@ -180,6 +197,7 @@ def log_params(run_id: str, params: Mapping[str, Any]) -> None:
     client().log_batch(run_id, params=[Param(k, v) for k, v in safe_params(params).items()])
 
 
+@critical_write
 def log_metrics(run_id: str, metrics: Mapping[str, float]) -> None:
     from mlflow.entities import Metric
 
@@ -187,12 +205,14 @@ def log_metrics(run_id: str, metrics: Mapping[str, float]) -> None:
     client().log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
 
 
+@critical_write
 def set_tags(run_id: str, tags: Mapping[str, str]) -> None:
     from mlflow.entities import RunTag
 
     client().log_batch(run_id, tags=[RunTag(k, redact(str(v))[:5000]) for k, v in tags.items()])
 
 
+@critical_write
 def log_text(run_id: str, text: str, name: str) -> None:
     """A text artifact, masked by :func:`redact`."""
     client().log_text(run_id, redact(text), name)
@@ -207,5 +227,6 @@ def log_table(run_id: str, rows: list[dict[str, Any]], name: str) -> None:
     log_text(run_id, "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows), name)
 
 
+@critical_write
 def log_figure(run_id: str, fig: Any, name: str) -> None:
     client().log_figure(run_id, fig, name)
