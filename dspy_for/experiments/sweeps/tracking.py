@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments.tracking import store as tracking
+from dspy_for.experiments.tracking.store import critical_write
 from dspy_for.secrets import hide_password
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ def _client(spec: SweepSpec) -> tuple[Any, str]:
     return MlflowClient(mlflow.get_tracking_uri()), tracking.experiment_id(spec.experiment)
 
 
+@critical_write
 def start_parent(spec: SweepSpec) -> str:
     """The study's parent run: reused when the study is resumed (same study name and storage)."""
     client, exp_id = _client(spec)
@@ -53,6 +55,7 @@ def start_parent(spec: SweepSpec) -> str:
     return run.info.run_id
 
 
+@critical_write
 def start_trial(spec: SweepSpec, number: int, parent_run_id: str | None) -> str | None:
     """The trial's nested run, created when the trial starts so its items stream into it as traces; its id."""
     if parent_run_id is None:
@@ -62,6 +65,7 @@ def start_trial(spec: SweepSpec, number: int, parent_run_id: str | None) -> str 
     return str(client.create_run(exp_id, run_name=f"trial-{number}", tags=tags).info.run_id)
 
 
+@critical_write
 def finish_trial(
     spec: SweepSpec, study: Any, number: int, run_id: str | None, *, error: str | None = None, killed: bool = False
 ) -> None:
@@ -107,6 +111,7 @@ def _metric(objective: str) -> str:
     return "objective_tokens_per_item" if objective == "tokens_per_item" else objective
 
 
+@critical_write
 def finish_parent(
     spec: SweepSpec, study: Any, parent_run_id: str | None, final_test: dict[str, Any] | None, status: str = "FINISHED"
 ) -> None:
