@@ -13,6 +13,9 @@ from dspy_for.cli_common import console, fail, failed_run, interrupted_exit, pri
 from dspy_for.cli_models import models_app, serve
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
+from dspy_for.experiments.advise import MARGIN as ADVISE_MARGIN
+from dspy_for.experiments.advise import advise as run_advise
+from dspy_for.experiments.advise.report import advice_lines
 from dspy_for.experiments.comparison import compare as run_compare
 from dspy_for.experiments.core.prepare import prepare_program
 from dspy_for.experiments.reports.sweep import final_test_line, trials_table
@@ -243,6 +246,74 @@ def sweep(
         failed = result.counts.get("FAIL", 0)
         lines = [f"final test: {n} item(s) failed: {e}" for e, n in (result.final_test or {}).get("errors", {}).items()]
         failed_run(lines, f"{failed} trial(s) failed (re-run on resume)." if failed else "The final test had errors.")
+
+
+# ---------------------------------------------------------------------------------------- advise
+
+
+@app.command()
+def advise(
+    lm: Annotated[str, typer.Option(help="Your LM (every role): a litellm model string or local/<name>.")],
+    budget: Annotated[
+        float | None, typer.Option(help="Tokens per item (prompt + completion) you can spend; methods over it drop.")
+    ] = None,
+    dataset: Annotated[str | None, typer.Option(help="A benchmark (gsm8k, svamp, aqua, bbh_*), or use --data.")] = None,
+    split: Annotated[str | None, typer.Option(help="The benchmark's split (default val).")] = None,
+    data: Annotated[Path | None, typer.Option(help="Your task: JSONL, one {question, answer} per line.")] = None,
+    methods: Annotated[
+        str | None, typer.Option(help="Comma-separated candidates (default: every method that reads no gold label).")
+    ] = None,
+    max_items: Annotated[int | None, typer.Option(help="The most items any method runs.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds; then the leader is recommended, marked unresolved.")
+    ] = None,
+    first: Annotated[
+        int | None, typer.Option(help="Only the first N items of the data (before the seeded order).")
+    ] = None,
+    margin: Annotated[
+        float, typer.Option(help="Accuracy difference (0.05 = 5 points) under which methods tie; the cheapest wins.")
+    ] = ADVISE_MARGIN,
+    role_lm: RoleLmOpt = None,
+    lm_option: LmOptionOpt = None,
+    role_lm_option: RoleLmOptionOpt = None,
+    data_dir: DataDirOpt = None,
+    tracking_uri: TrackingUriOpt = None,
+    results_dir: Annotated[
+        str | None, typer.Option(help="Where per-item results are kept for resume (default mlruns/compare/items).")
+    ] = None,
+) -> None:
+    """Which method should you run with your LM on your task, at your token budget? Stops as soon as it is resolved."""
+    show_progress("dspy_for.advise", "dspy_for.experiments")
+    try:
+        with interrupted_exit():
+            result = run_advise(
+                lm=lm,
+                role_lms=role_lm,
+                lm_options=lm_option,
+                role_lm_options=role_lm_option,
+                budget=budget,
+                dataset=dataset,
+                split=split,
+                data=data,
+                methods=methods,
+                max_items=max_items,
+                timeout=timeout,
+                first=first,
+                margin=margin,
+                data_dir=data_dir,
+                tracking_uri=tracking_uri,
+                results_dir=results_dir,
+            )
+    except DspyForError as exc:
+        fail(exc)
+        return
+    for line in advice_lines(result):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"plots: {', '.join(str(p) for p in result.plots)}", soft_wrap=True, markup=False)
+    browse = "dspy-for ui" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+    console.print(f"MLflow run {result.run_id}; browse with: {browse}", soft_wrap=True, markup=False)
+    if not result.ok:
+        failed_run([], f"{result.n_failed} item(s) failed, {len(result.could_not_run)} method(s) could not run.")
 
 
 # -------------------------------------------------------------------------------------------- ui

@@ -3,6 +3,7 @@
 * :func:`extract_number` — the FOR paper's numeric answer rule (``#### N`` marker, else the last number).
 * :func:`numeric_match`, :func:`choice_match`, :func:`integer_match`, :func:`word_sort_match`.
 * :func:`numeric_match_with_feedback` — the same rule, returning GEPA-style ``(score, feedback)``.
+* :func:`exact_match` — normalized exact match of text answers (a user's JSONL data with text answers).
 * :func:`field_value` — a field of an example or prediction, whichever shape it has.
 
 The LLM judge (:class:`~dspy_for.judges.Judge`) lives in :mod:`dspy_for.judges`.
@@ -16,12 +17,14 @@ from fractions import Fraction
 from typing import Any
 
 import dspy
+from dspy.evaluate import normalize_text
 
 from dspy_for.datasets import dataset_info
 
 __all__ = [
     "TOLERANCE",
     "choice_match",
+    "exact_match",
     "extract_choice",
     "extract_number",
     "field_value",
@@ -167,16 +170,27 @@ def word_sort_match(example: Any, prediction: Any, trace: Any = None, *, field: 
     return bool(gold) and gold == _words(field_value(prediction, field))
 
 
+def exact_match(example: Any, prediction: Any, trace: Any = None, *, field: str = "answer") -> bool:
+    """Exact match after DSPy's normalisation (:func:`dspy.evaluate.normalize_text`: unicode NFD, lower case,
+    punctuation and the articles a / an / the removed, whitespace collapsed): "The Eiffel Tower." == "eiffel tower"."""
+    gold, pred = field_value(example, field), field_value(prediction, field)
+    if gold is None or pred is None:
+        return False
+    normalized = normalize_text(str(gold))
+    return bool(normalized) and normalized == normalize_text(str(pred))
+
+
+#: metric by the name a dataset's catalogue entry gives (``DatasetInfo.metric``)
 _METRICS: dict[str, Callable[..., bool]] = {
-    "gsm8k": numeric_match,
-    "svamp": numeric_match,
-    "aqua": choice_match,
-    "bbh_object_counting": integer_match,
-    "bbh_word_sorting": word_sort_match,
+    "numeric_match": numeric_match,
+    "choice_match": choice_match,
+    "integer_match": integer_match,
+    "word_sort_match": word_sort_match,
+    "exact_match": exact_match,
 }
 
 
 def metric_for(dataset: str) -> Callable[..., bool]:
-    """The metric a dataset is scored with (see ``dspy_for.datasets.DATASETS``)."""
-    name = dataset_info(dataset).name
-    return _METRICS[name]
+    """The metric a dataset is scored with: the one its catalogue entry names (``dspy_for.datasets.DATASETS``, or a
+    user's data file registered with :func:`dspy_for.datasets.register_jsonl`)."""
+    return _METRICS[dataset_info(dataset).metric]

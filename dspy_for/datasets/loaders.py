@@ -7,6 +7,9 @@ Sources, in order (never a silent fall-back: the source is logged and stored on 
 3. for GSM8K only, the sample bundled in this package (split ``sample``; also used for the other
    GSM8K splits' offline demo only when asked for explicitly with ``split="sample"``).
 
+A user's own JSONL file joins the catalogue with :func:`register_jsonl` (as ``jsonl_<file stem>``, split ``all``;
+its metric and signature follow its answers' type, see :mod:`dspy_for.datasets.user`).
+
 This module holds the catalogue (:data:`DATASETS`), the choice of source and :func:`load_dataset`; the readers
 and parsers of each benchmark's upstream files are in :mod:`dspy_for.datasets.formats`.
 """
@@ -18,6 +21,7 @@ import json
 import logging
 import os
 import random
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +37,20 @@ from dspy_for.datasets.formats import (
     read_bundled_sample,
     svamp_rows,
 )
+from dspy_for.datasets.user import USER_SPLIT, answer_type, read_user_rows
 from dspy_for.errors import DatasetError
 
-__all__ = ["DATASETS", "DatasetInfo", "content_key", "data_hash", "dataset_info", "load_dataset", "signature_for"]
+__all__ = [
+    "DATASETS",
+    "USER_DATASETS",
+    "DatasetInfo",
+    "content_key",
+    "data_hash",
+    "dataset_info",
+    "load_dataset",
+    "register_jsonl",
+    "signature_for",
+]
 
 logger = logging.getLogger("dspy_for.datasets")
 
@@ -121,11 +136,40 @@ _HUB_IDS = {
 }
 
 
+#: users' data files registered by :func:`register_jsonl`, by dataset name (the benchmarks stay in DATASETS)
+USER_DATASETS: dict[str, DatasetInfo] = {}
+_USER_FILES: dict[str, Path] = {}
+
+
 def dataset_info(name: str) -> DatasetInfo:
     key = _ALIASES.get(name, name)
+    if key in USER_DATASETS:
+        return USER_DATASETS[key]
     if key not in DATASETS:
         raise DatasetError(f"Unknown dataset `{name}`. Choose one of: {', '.join(sorted(DATASETS))}.")
     return DATASETS[key]
+
+
+def register_jsonl(path: str | os.PathLike[str]) -> DatasetInfo:
+    """Make a user's JSONL file (``question`` and ``answer`` per line) a dataset every run can name: read and
+    checked now (a bad line fails here, before anything runs), named ``jsonl_<file stem>`` with the one split
+    ``all``, scored by the numeric rule when every answer is a number and by normalized exact match otherwise
+    (:mod:`dspy_for.datasets.user`). Registering a file of the same stem again points the name at the new file."""
+    p = Path(path).expanduser().resolve()
+    rows = read_user_rows(p)
+    kind = answer_type(rows)
+    name = "jsonl_" + (re.sub(r"[^a-z0-9]+", "_", p.stem.lower()).strip("_") or "data")
+    metric = "numeric_match" if kind == "float" else "exact_match"
+    info = DatasetInfo(
+        name,
+        (USER_SPLIT,),
+        metric,
+        kind,
+        str(p),
+        f"{len(rows)} items of {p.name} (question / answer per line); {metric} on {kind} answers.",
+    )
+    USER_DATASETS[name], _USER_FILES[name] = info, p
+    return info
 
 
 def signature_for(name: str) -> str:
@@ -186,6 +230,8 @@ def data_hash(examples: list[dspy.Example]) -> str:
 
 
 def _load_rows(name: str, split: str, data_dir: str | os.PathLike[str] | None) -> tuple[list[dict], str]:
+    if name in _USER_FILES:
+        return read_user_rows(_USER_FILES[name]), f"file:{_USER_FILES[name]}"
     if name == "gsm8k" and split == "sample":
         return gsm8k_rows(read_bundled_sample(), "sample"), "bundled sample"
     directory = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)

@@ -1,19 +1,21 @@
 """Experiments: the one run path, the method registry, comparisons and sweeps (MLflow / Optuna live only
 here, imported lazily).
 
-``dspy_for.experiments.compare(config, **overrides)`` and ``dspy_for.experiments.sweep(config, **overrides)``
-are the library calls behind ``dspy-for compare`` and ``dspy-for sweep``. Both — and ``ask``, the sweep's final
+``dspy_for.experiments.compare(config, **overrides)``, ``dspy_for.experiments.sweep(config, **overrides)`` and
+``dspy_for.experiments.advise(lm=..., budget=..., dataset=... | data=...)`` are the library calls behind
+``dspy-for compare``, ``dspy-for sweep`` and ``dspy-for advise``. All three — and ``ask``, the sweep's final
 test and the measurement scripts — prepare each method with :func:`prepare_run` and stream its items through the
 run core (:func:`evaluate` / :class:`Evaluation`), whose records land in sinks as they finish; :func:`summarize`
 is the one record-to-summary function every table, MLflow run and sweep objective reads.
 
 Layout: :mod:`.spec` (the typed run specification and config parsing) · :mod:`.methods` (the registry) ·
 :mod:`.core` (prepare, evaluate, records, results store, summary) · :mod:`.tracking` (MLflow runs, traces, UI) ·
-:mod:`.reports` (tables and plots, pure functions of results) · :mod:`.comparison` · :mod:`.sweeps`.
+:mod:`.reports` (tables and plots, pure functions of results) · :mod:`.comparison` · :mod:`.sweeps` · :mod:`.advise`.
 """
 
 from __future__ import annotations
 
+from dspy_for.experiments.advise import Advice, advise
 from dspy_for.experiments.comparison import ComparisonResult, compare
 from dspy_for.experiments.core import (
     Evaluation,
@@ -31,6 +33,7 @@ from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfi
 from dspy_for.experiments.sweeps import SweepResult, SweepSpec, load_sweep_spec, sweep
 
 __all__ = [
+    "Advice",
     "ComparisonResult",
     "DatasetConfig",
     "Evaluation",
@@ -45,6 +48,7 @@ __all__ = [
     "Summary",
     "SweepResult",
     "SweepSpec",
+    "advise",
     "build_method",
     "compare",
     "evaluate",

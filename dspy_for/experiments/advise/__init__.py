@@ -1,0 +1,27 @@
+"""``dspy-for advise`` / :func:`advise`: for the user's LM, task and token budget, which method should they run?
+
+1. **Candidates** (:mod:`.candidates`): every registered method that reads no gold label — single, CoT,
+   self-consistency (fixed k and stopping on agreement), FOR N = 1 + Host, ProRefine, Refine, Defender
+   self-consistency, the cascade — or those ``methods`` names. Self-consistency's k and Refine's N are sized from
+   CoT's measured tokens per item: k = ⌊budget / CoT's tokens per item⌋.
+2. **Pilot**: each candidate runs the first ``pilot`` items of one seeded order; one over the budget (its measured
+   tokens per item > ``budget``) is dropped with that reason. No candidate left: an error naming ``--budget``.
+3. **Rounds** (:mod:`.rounds`): the rest run the next items batch by batch, every pair tested by an anytime-valid
+   paired test (:class:`dspy_for.stats.PairedSequentialTest`) at α / pairs (Bonferroni: the error rate α holds over
+   every pair tested). A candidate resolved worse than another is dropped. It stops when one is left (resolved best),
+   when the rest are within ±``margin`` of the leader (the cheapest wins), or at ``max_items`` / ``timeout`` (the
+   leader, unresolved).
+4. **Answer** (:mod:`.report`): the recommendation with its accuracy (Wilson CI), tokens per item, its paired test
+   against the runner-up and the items used; every candidate's fate; the frontier plot; an MLflow parent run with one
+   child per candidate; and the Python line that builds the recommended module.
+
+Every record is stored as it lands (a re-run resumes, reusing what is stored), a failed item is an error (never an
+outcome of a test) and bad input fails before any LM call. ``docs/advise.md`` has the details.
+"""
+
+from __future__ import annotations
+
+from dspy_for.experiments.advise.driver import MARGIN, advise
+from dspy_for.experiments.advise.result import Advice, CandidateOutcome, PairOutcome
+
+__all__ = ["MARGIN", "Advice", "CandidateOutcome", "PairOutcome", "advise"]

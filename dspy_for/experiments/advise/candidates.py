@@ -1,0 +1,178 @@
+"""The methods ``advise`` weighs: every registered method that reads no gold label, at the settings a budget makes
+sense of, sized to the budget from CoT's measured cost, and the exact Python line that builds the one it picks.
+
+Settings (a *candidate* is a label, a registry method and its options):
+
+=============================  ====================================================================
+``single``, ``cot``            as registered
+``self_consistency``           k CoT samples, majority vote; k = ⌊budget / CoT's tokens per item⌋ (≥ 2)
+``self_consistency_agreement`` the same with ``stop="agreement"``: stops sampling once the vote is settled, k the cap
+``defender_sc``                self-consistency over FOR's Defender prompt, ``stop="agreement"``, k sized the same way
+``for``                        FOR N = 1 + Host (``rounds=1, host=True``)
+``prorefine``                  as registered (``verifier="none"``: no gold label)
+``refine``                     ``dspy.Refine`` over CoT, N = ⌊budget / CoT's tokens per item⌋ attempts (a cap)
+``cascade``                    as registered (Defender samples → more samples → FOR's debate, only on disagreement)
+=============================  ====================================================================
+
+Any other registered method (e.g. one a user registered) is a candidate at its defaults. Without a budget, k and
+N keep the registry's defaults. A method whose options read the gold label (ProRefine's oracle verifier) is never a
+candidate: it cannot be deployed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.methods import get_method, list_methods
+from dspy_for.experiments.spec import RunSpec
+
+__all__ = ["Candidate", "python_line", "select_candidates", "sized_options", "spec_line"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting of a registered method that ``advise`` measures."""
+
+    label: str
+    method: str  # the registry name
+    options: Mapping[str, Any] = field(default_factory=dict)
+    sized: str | None = None  # the option sized to the budget from CoT's tokens per item ("k" or "N")
+    note: str = ""
+
+
+_PRESETS: dict[str, tuple[Candidate, ...]] = {
+    "self_consistency": (
+        Candidate("self_consistency", "self_consistency", {}, "k", "k samples, majority vote"),
+        Candidate(
+            "self_consistency_agreement",
+            "self_consistency",
+            {"stop": "agreement"},
+            "k",
+            "stops sampling once the vote is settled; k the cap",
+        ),
+    ),
+    "defender_sc": (
+        Candidate("defender_sc", "defender_sc", {"stop": "agreement"}, "k", "Defender prompt, stop on agreement"),
+    ),
+    "for": (Candidate("for", "for", {"rounds": 1, "host": True}, None, "FOR N = 1 + Host"),),
+    "refine": (Candidate("refine", "refine", {}, "N", "up to N attempts"),),
+}
+_FIRST = ("single", "cot")  # measured first: CoT's cost sizes k and N
+
+
+def _all_candidates() -> list[Candidate]:
+    out = []
+    for spec in list_methods():
+        for c in _PRESETS.get(spec.name, (Candidate(spec.name, spec.name),)):
+            if not spec.uses_labels({**spec.defaults, **c.options}):
+                out.append(c)
+    return sorted(out, key=lambda c: (c.label not in _FIRST, _FIRST.index(c.label) if c.label in _FIRST else 0))
+
+
+def select_candidates(methods: str | Sequence[str] | None) -> list[Candidate]:
+    """The candidates: all of them (``None``), or those ``methods`` names — a candidate label or a registry method
+    name (``"for"`` is FOR N = 1 + Host), comma-separated or a list. An unknown or repeated name fails here."""
+    every = _all_candidates()
+    if methods is None:
+        return every
+    names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else [str(m).strip() for m in methods]
+    names = [n for n in names if n]
+    if not names:
+        raise ConfigError("`--methods` is empty: give candidate names such as `cot,self_consistency,for`.")
+    by_label = {c.label: c for c in every}
+    chosen: list[Candidate] = []
+    for name in names:
+        c = by_label.get(name) or next((c for c in every if c.method == name), None)
+        if c is None:
+            try:
+                spec = get_method(name)
+            except ConfigError:
+                raise ConfigError(
+                    f"`--methods`: unknown method `{name}`. Choose from: {', '.join(by_label)} "
+                    "(or any registered method name)."
+                ) from None
+            raise ConfigError(
+                f"`--methods`: `{name}` reads each item's gold label with its default options ({spec.description}) "
+                "and cannot be deployed: drop it."
+            )
+        if c in chosen:
+            raise ConfigError(f"`--methods` names `{c.label}` twice: give each method once.")
+        chosen.append(c)
+    return chosen
+
+
+def sized_options(c: Candidate, budget: float | None, cot_tokens: float | None) -> tuple[dict[str, Any] | None, str]:
+    """``c``'s options with its sized option set from the budget (``(None, reason)`` when the budget leaves too
+    few samples or attempts), and how it was sized (empty when nothing was)."""
+    options = dict(c.options)
+    if c.sized is None or budget is None:
+        return options, ""
+    if cot_tokens is None or not cot_tokens > 0:
+        return None, "not sized: CoT's cost could not be measured on the pilot (every item failed)"
+    n = math.floor(budget / cot_tokens)
+    least = 2 if c.sized == "k" else 1
+    how = f"{c.sized} = ⌊{budget:,.0f} / {cot_tokens:,.0f}⌋ = {n} (budget / CoT's tokens per item on the pilot)"
+    if n < least:
+        return None, f"over budget: {how}; it needs {c.sized} ≥ {least}"
+    return {**options, c.sized: n}, how
+
+
+def _lm_text(lm: Any, options: Mapping[str, Any]) -> str:
+    if not isinstance(lm, str):
+        return "lm"  # a user's LM object: the name the caller gave it
+    args = "".join(f", {k}={_py(v)}" for k, v in options.items())
+    return f"dspy_for.make_lm({_py(lm)}{args})"
+
+
+def _py(value: Any) -> str:
+    """A plain value as Python source (JSON's true / false / null spelled the Python way)."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_py(k)}: {_py(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_py(v) for v in value) + "]"
+    return repr(value)
+
+
+def python_line(
+    method: str,
+    signature: str,
+    options: Mapping[str, Any],
+    lm: Any,
+    lm_options: Mapping[str, Any],
+    role_lms: Mapping[str, tuple[Any, Mapping[str, Any]]] | None = None,
+) -> str:
+    """The one line that builds ``method`` as measured: its signature, its options, the LM with the run's options
+    (``max_tokens`` and the user's LM options) and a per-role LM where a role had its own."""
+    parts = [_py(method), _py(signature), f"lm={_lm_text(lm, lm_options)}"]
+    if role_lms:
+        inner = ", ".join(f"{_py(r)}: {_lm_text(spec, opts)}" for r, (spec, opts) in role_lms.items())
+        parts.append(f"role_lms={{{inner}}}")
+    parts += [f"{k}={_py(v)}" for k, v in options.items()]
+    return f"dspy_for.experiments.build_method({', '.join(parts)})"
+
+
+def spec_line(spec: RunSpec, method: str, signature: str, options: Mapping[str, Any]) -> str:
+    """:func:`python_line` for ``method`` as a run of ``spec`` builds it: the run's ``max_tokens`` and cache, the LM
+    options of every role, and a role's own LM (or options) where it differs from the default."""
+
+    def lm_options(role_name: str | None) -> dict[str, Any]:
+        options = spec.lm_options_for(role_name) if role_name else dict(spec.lm_options)
+        run = {"max_tokens": spec.max_tokens} if spec.max_tokens is not None else {}
+        return {**run, **({} if spec.cache else {"cache": False}), **options}
+
+    default = (spec.lm, lm_options(None))
+    roles = {}
+    for role_name in get_method(method).roles:
+        own = (spec.lm_for(role_name), lm_options(role_name))
+        if own != default:
+            roles[role_name] = own
+    return python_line(method, signature, options, spec.lm, default[1], roles)

@@ -1,0 +1,362 @@
+"""``advise``: for the user's LM, task and budget, which method should they run? (See the package docstring.)
+
+Flow: options → one validated :class:`~dspy_for.experiments.spec.ExperimentSpec` (every candidate, LM, role and
+option checked before any LM call) → the items in one seeded order → an MLflow parent run → the pilot (CoT first:
+its cost sizes k and N; each candidate prepared by the run path, run on the pilot's items, its records stored for
+resume, dropped if over budget) → the rounds (:mod:`.rounds`) → the answer (:mod:`.report`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from dspy_for.datasets import register_jsonl, signature_for
+from dspy_for.datasets.user import USER_SPLIT
+from dspy_for.errors import ConfigError, DatasetError
+from dspy_for.experiments.advise.candidates import Candidate, select_candidates, sized_options, spec_line
+from dspy_for.experiments.advise.report import frontier_figure, log_advice
+from dspy_for.experiments.advise.result import (
+    FAILED,
+    NOT_RUN,
+    OVER_BUDGET,
+    RECOMMENDED,
+    SIZING,
+    Advice,
+    CandidateOutcome,
+)
+from dspy_for.experiments.advise.rounds import Rounds
+from dspy_for.experiments.comparison import _prepare_one  # a public "prepare one tracked method" is asked for
+from dspy_for.experiments.core import Evaluation, ResultStore, load_examples
+from dspy_for.experiments.core.prepare import PreparedRun
+from dspy_for.experiments.core.sinks import interruptible
+from dspy_for.experiments.sequential import seeded_order
+from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
+from dspy_for.experiments.spec.config import Overrides
+from dspy_for.experiments.tracking import store
+from dspy_for.experiments.tracking.sink import MlflowSink
+
+__all__ = ["MARGIN", "advise"]
+
+logger = logging.getLogger("dspy_for.advise")
+
+#: the default margin: two methods whose accuracies differ by less than 5 points (anytime-valid CI) are as good
+MARGIN = 0.05
+
+
+def advise(
+    *,
+    lm: str | dspy.BaseLM,
+    role_lms: Mapping[str, str | dspy.BaseLM] | Sequence[str] | None = None,
+    lm_options: Mapping[str, Any] | Sequence[str] | None = None,
+    role_lm_options: Mapping[str, Mapping[str, Any]] | Sequence[str] | None = None,
+    budget: float | None = None,
+    dataset: str | None = None,
+    split: str | None = None,
+    data: str | Path | None = None,
+    methods: str | Sequence[str] | None = None,
+    max_items: int | None = None,
+    timeout: float | None = None,
+    first: int | None = None,
+    data_dir: str | None = None,
+    tracking_uri: str | None = None,
+    results_dir: str | None = None,
+    margin: float = MARGIN,
+    alpha: float = 0.05,
+    pilot: int = 4,
+    batch_size: int = 4,
+    seed: int = 0,
+    max_tokens: int | None = None,
+    num_threads: int | None = None,
+    experiment: str = "advise",
+    progress: bool = True,
+) -> Advice:
+    """Which method to run with ``lm`` on a task at ``budget`` tokens per item (package docstring).
+
+    The task: ``dataset`` and ``split`` (default ``val``) of a benchmark, or ``data``, a JSONL file with
+    ``question`` and ``answer`` per line; ``first``: only its first N items (before the seeded order: e.g. the
+    items a comparison already stored). ``methods``: candidate labels or registry names (default: every method
+    that reads no gold label). ``max_items`` / ``timeout`` (seconds) bound the rounds; ``margin`` (accuracy as a
+    fraction, 0.05 = 5 points) is the difference below which two methods count as equally good; ``alpha`` is the
+    error rate over all the pairs tested. ``pilot``: items that measure each candidate's cost; ``batch_size``:
+    items per round. Bad input fails with :class:`~dspy_for.errors.ConfigError` before any LM call.
+    """
+    started = time.monotonic()
+    _check_numbers(budget=budget, margin=margin, timeout=timeout, pilot=pilot)
+    d = replace(_dataset(dataset, split, data, data_dir), first=first)
+    chosen = select_candidates(methods)
+    base = ExperimentSpec(
+        datasets=[d],
+        methods=[MethodConfig(name=c.method, label=c.label, options=dict(c.options)) for c in chosen],
+        alpha=alpha,
+        batch_size=batch_size,
+        max_items=max_items,
+    )
+    overrides = Overrides(
+        lm=lm,
+        role_lms=role_lms,
+        lm_options=lm_options,
+        role_lm_options=role_lm_options,
+        max_tokens=max_tokens,
+        seed=seed,
+        num_threads=num_threads,
+        experiment=experiment,
+        tracking_uri=tracking_uri,
+        results_dir=results_dir,
+    )
+    spec = load_spec(base, overrides)
+    order = seeded_order(load_examples(d), spec.seed)[: spec.max_items or None]
+    deadline = started + timeout if timeout is not None else math.inf
+
+    def expired() -> bool:
+        return time.monotonic() >= deadline
+
+    root = store.setup_tracking(spec.tracking_uri, spec.experiment)
+    settings = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
+    name = spec.fingerprint() + "-" + hashlib.sha256(json.dumps(settings, default=str).encode()).hexdigest()[:6]
+    advice = Advice(
+        spec=spec,
+        dataset=d.name,
+        split=d.split,
+        signature=signature_for(d.name),
+        budget=budget,
+        margin=margin,
+        alpha=alpha,
+        pilot_items=min(pilot, len(order)),
+        run_dir=root / "advise" / name,  # the plot; the spec's fingerprint and advise's own settings name it
+    )
+    assert advice.run_dir is not None
+    advice.run_dir.mkdir(parents=True, exist_ok=True)
+    tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
+    parent = advice.run_id = store.start_run(f"advise-{d.name}", spec.experiment, tags=tags)
+    store.log_params(parent, {"spec": spec.to_dict(), "advise": settings, **store.environment_params()})
+    items_dir = Path(spec.results_dir) if spec.results_dir else root / "compare" / "items"  # compare's store too
+    session = _Session(spec, d, order, parent, advice, items_dir, progress, expired)
+    status = "FAILED"
+    try:
+        with interruptible(), ExitStack() as stack:
+            session.stack = stack
+            session.pilot(chosen)
+            rounds = Rounds(
+                advice.candidates,
+                session.evaluations,
+                order[advice.pilot_items :],
+                alpha=alpha,
+                margin=margin,
+                batch_size=spec.batch_size,
+                expired=expired,
+            )
+            ending = rounds.run()
+            advice.pairs, advice.pair_alpha = rounds.pair_outcomes(), rounds.pair_alpha
+            advice.recommended, advice.resolved, advice.how = ending.label, ending.resolved, ending.how
+        session.end_children("FINISHED")
+        _finish(advice, started, parent)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        session.end_children(status)
+        store.end_run(parent, status)
+    return advice
+
+
+def _check_numbers(*, budget: float | None, margin: float, timeout: float | None, pilot: int) -> None:
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+    if budget is not None and not (number(budget) and budget > 0):
+        raise ConfigError(
+            f"`--budget` is tokens per item (prompt + completion): give a positive number, got {budget!r}."
+        )
+    if not (number(margin) and 0 < margin < 1):
+        raise ConfigError(
+            f"`--margin` is an accuracy difference as a fraction in (0, 1) (0.05 = 5 points), got {margin!r}."
+        )
+    if timeout is not None and not (number(timeout) and timeout > 0):
+        raise ConfigError(f"`--timeout` is in seconds: give a positive number, got {timeout!r}.")
+    if isinstance(pilot, bool) or not isinstance(pilot, int) or pilot < 1:
+        raise ConfigError(f"`pilot` is the number of items that measure each method's cost: give >= 1, got {pilot!r}.")
+
+
+def _dataset(dataset: str | None, split: str | None, data: str | Path | None, data_dir: str | None) -> DatasetConfig:
+    """The task: a benchmark split (default ``val``: advice is never taken from test data) or the user's file."""
+    if (dataset is None) == (data is None):
+        raise ConfigError(
+            "Give the task once: `--dataset NAME --split S` for a benchmark, or `--data FILE.jsonl` for your own "
+            "data (one JSON object per line with `question` and `answer`)."
+            + (" Both were given." if dataset is not None else "")
+        )
+    if data is None:
+        assert dataset is not None
+        return DatasetConfig(name=dataset, split=split or "val", data_dir=data_dir)
+    for flag, value in (("--split", split), ("--data-dir", data_dir)):
+        if value is not None:
+            raise ConfigError(
+                f"`{flag}` applies to `--dataset`; with `--data FILE.jsonl` drop it (a file is one split)."
+            )
+    try:
+        info = register_jsonl(data)
+    except DatasetError as exc:
+        raise ConfigError(f"`--data`: {exc}") from None
+    return DatasetConfig(name=info.name, split=USER_SPLIT)
+
+
+class _Session:
+    """The pilot's bookkeeping: each candidate's prepared run, MLflow child run and open :class:`Evaluation`."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        d: DatasetConfig,
+        order: list[dspy.Example],
+        parent: str,
+        advice: Advice,
+        items_dir: Path,
+        progress: bool,
+        expired: Callable[[], bool],
+    ) -> None:
+        self.spec, self.d, self.order, self.parent, self.advice = spec, d, order, parent, advice
+        self.items_dir, self.progress, self.expired = items_dir, progress, expired
+        assert advice.run_dir is not None
+        self.run_dir = advice.run_dir
+        self.stack: ExitStack | None = None
+        self.evaluations: dict[str, Evaluation] = {}
+        self.runs: dict[str, PreparedRun] = {}
+        self.children: dict[str, str] = {}  # label -> MLflow run, until ended
+        self._all: dict[str, Evaluation] = {}
+
+    def pilot(self, chosen: list[Candidate]) -> None:
+        """Measure every candidate on the pilot's items, CoT first (its tokens per item size k and N)."""
+        a, items = self.advice, self.order[: self.advice.pilot_items]
+        budget = a.budget
+        if budget is not None and any(c.sized for c in chosen) and not any(c.label == "cot" for c in chosen):
+            sizing = CandidateOutcome("cot", "cot", {}, status=SIZING, reason="run on the pilot to size k and N")
+            a.candidates.append(sizing)
+            ev = self.open(MethodConfig(name="cot", label="cot"), sizing)
+            if ev is not None:
+                ev.feed(items, stop=lambda _r: self.expired())
+                sizing.result = ev.result
+                a.cot_tokens = ev.result.tokens_per_item if ev.result.n_scored else None
+                self.close("cot")
+        for c in sorted(chosen, key=lambda c: c.label != "cot"):
+            out = CandidateOutcome(c.label, c.method, dict(c.options))
+            a.candidates.append(out)
+            if self.expired():
+                out.status, out.reason = NOT_RUN, "not measured: the timeout came first"
+                continue
+            options, out.sized = sized_options(c, budget, a.cot_tokens)
+            if options is None:  # too few samples or attempts fit; or CoT, which sizes them, could not be measured
+                out.status, out.reason = OVER_BUDGET if a.cot_tokens is not None else FAILED, out.sized
+                continue
+            out.options = options
+            ev = self.open(MethodConfig(name=c.method, label=c.label, options=options), out)
+            if ev is None:
+                continue
+            ev.feed(items, stop=lambda _r: self.expired())
+            r = out.result = ev.result
+            if c.label == "cot" and r.n_scored:
+                a.cot_tokens = r.tokens_per_item
+            if not r.n_scored:
+                error = next(iter(r.error_counts()), "")
+                out.status = FAILED if r.n_failed else NOT_RUN
+                out.reason = (
+                    f"every pilot item failed: {error}" if r.n_failed else "not measured: the timeout came first"
+                )
+            elif budget is not None and r.tokens_per_item > budget:
+                out.status = OVER_BUDGET
+                cost = f"{r.tokens_per_item:,.0f} tokens/item on the pilot's {r.n_scored} item(s)"
+                out.reason = f"{cost} > budget {budget:,.0f}"
+            else:
+                self.evaluations[c.label] = ev
+                continue
+            logger.info("%s dropped after the pilot: %s", c.label, out.reason)
+            self.close(c.label)
+        self._check_any_fits()
+
+    def _check_any_fits(self) -> None:
+        """No candidate within the budget and none failed: the budget is too small for this LM and task (bad input,
+        found by measuring; what the pilot measured is stored, so a run with a larger budget reuses it)."""
+        a = self.advice
+        if self.evaluations or a.budget is None or any(c.status not in (OVER_BUDGET, SIZING) for c in a.candidates):
+            return
+        measured = [c for c in a.candidates if c.status == OVER_BUDGET and c.measured and c.result is not None]
+        costs = sorted((c.result.tokens_per_item, c.label) for c in measured if c.result is not None)
+        cheapest = f" the cheapest, {costs[0][1]}, took {costs[0][0]:,.0f} tokens/item;" if costs else ""
+        least = f" at least {math.ceil(costs[0][0]):,}" if costs else ""
+        raise ConfigError(
+            f"No candidate fits `--budget` {a.budget:,.0f} tokens/item on the first {a.pilot_items} item(s):{cheapest} "
+            f"raise `--budget` to{least}, or choose cheaper `--methods` (the pilot's results are kept and reused)."
+        )
+
+    def open(self, m: MethodConfig, out: CandidateOutcome | None = None) -> Evaluation | None:
+        """Prepare ``m`` through the run path with its MLflow child run, and open its stored records and
+        :class:`Evaluation` (closed with the session); None (and ``out`` marked failed) if it cannot run."""
+        assert self.stack is not None
+        examples = [*self.order]
+        run, child, err = _prepare_one(self.spec, self.d, m, examples, self.parent, self.run_dir, self.items_dir)
+        if run is None or child is None:
+            if out is not None:
+                out.status, out.reason = FAILED, f"could not run: {err}"
+            return None
+        self.runs[m.label], self.children[m.label] = run, child
+        results = self.stack.enter_context(_store(self.items_dir, run).exclusive())
+        sink = MlflowSink(run, child, end_run=False)
+        ev = Evaluation(run, store=results, sinks=[sink], progress=self.progress, origin=child)
+        self._all[m.label] = self.stack.enter_context(ev)
+        return ev
+
+    def close(self, label: str) -> None:
+        ev = self._all[label]
+        ev.close()
+        if label in self.children:
+            store.end_run(self.children.pop(label), ev.status or "FINISHED")
+
+    def end_children(self, status: str) -> None:
+        """End every MLflow child run still open: its evaluation's status (FAILED when every item failed), or
+        ``status`` when the session ended otherwise (KILLED on Ctrl-C)."""
+        for label in list(self.children):
+            ev = self._all.get(label)
+            own = ev.status if ev is not None and ev.status is not None else "FINISHED"
+            store.end_run(self.children.pop(label), own if status == "FINISHED" else status)
+
+
+def _store(items_dir: Path, run: PreparedRun) -> ResultStore:
+    """``run``'s results store: its own file, or — when it has none yet — a file of the same result key kept under
+    another label (e.g. by ``compare``: the same method, options, LMs, prompts and data give the same records)."""
+    own = ResultStore.in_dir(items_dir, run.dataset.name, run.dataset.split, run.method.label, run.key)
+    if own.path.is_file():
+        return own
+    others = sorted(own.path.parent.glob(f"*.{run.key}.jsonl")) if own.path.parent.is_dir() else []
+    if others:
+        logger.info("%s: reusing the stored records of %s (same result key)", run.method.label, others[0].name)
+        return ResultStore(others[0])
+    return own
+
+
+def _finish(advice: Advice, started: float, parent: str) -> None:
+    """The recommendation's status and Python line, items used, the plot and the parent run's record."""
+    rec = advice.recommendation
+    if rec is not None:
+        rec.status = RECOMMENDED
+        advice.python_line = spec_line(advice.spec, rec.method, advice.signature, rec.options)
+    keys = {i.key for c in advice.candidates if c.result is not None for i in c.result.items}
+    advice.items_used = len(keys)
+    advice.elapsed = time.monotonic() - started
+    fig = frontier_figure(advice)
+    if fig is not None and advice.run_dir is not None:
+        path = advice.run_dir / f"frontier_{advice.dataset}.png"
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        store.log_figure(parent, fig, path.name)
+        advice.plots.append(path)
+    log_advice(parent, advice)

@@ -1,0 +1,180 @@
+"""What ``advise`` returns: every candidate's fate with its measured numbers, every pair it tested, the
+recommendation and how it was reached, and the Python line that builds it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dspy_for.experiments.core import MethodResult
+from dspy_for.experiments.spec import ExperimentSpec
+from dspy_for.stats import SequentialResult
+
+__all__ = ["Advice", "CandidateOutcome", "PairOutcome", "flipped"]
+
+# a candidate's fate
+RECOMMENDED = "recommended"
+RUNNING = "in the running"  # still open when the rounds ended (not recommended)
+OVER_BUDGET = "over budget"
+WORSE = "resolved worse"
+FAILED = "failed"  # could not run, or every item it ran failed: an error, never a score
+NOT_RUN = "not run"  # the timeout came before it was measured
+SIZING = "sizing only"  # CoT run on the pilot only to size k and N (not a candidate)
+
+
+def flipped(r: SequentialResult) -> SequentialResult:
+    """The result of A − B read as B − A."""
+    turned = {"diff": -r.diff, "low": -r.high, "high": -r.low, "direction": -r.direction}
+    return SequentialResult(**{**r.to_dict(), **turned, "wins": r.losses, "losses": r.wins})
+
+
+@dataclass
+class CandidateOutcome:
+    """One candidate: its method and options as measured, what became of it and why, and its records."""
+
+    label: str
+    method: str
+    options: dict[str, Any]
+    status: str = RUNNING
+    reason: str = ""
+    result: MethodResult | None = None
+    sized: str = ""  # how its sized option was set from the budget (empty: not sized)
+
+    @property
+    def measured(self) -> bool:
+        return self.result is not None and self.result.n_scored > 0
+
+    def row(self) -> dict[str, Any]:
+        r = self.result
+        lo, hi = r.ci if r is not None else (None, None)
+        return {
+            "label": self.label,
+            "method": self.method,
+            "options": self.options,
+            "status": self.status,
+            "reason": self.reason,
+            "sized": self.sized,
+            "n": r.n_scored if r is not None else 0,
+            "failed": r.n_failed if r is not None else 0,
+            "accuracy": r.accuracy if self.measured and r is not None else None,
+            "ci_low": lo if self.measured else None,
+            "ci_high": hi if self.measured else None,
+            "tokens_per_item": r.tokens_per_item if self.measured and r is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    """The anytime-valid paired test of ``a`` against ``b`` (``result.diff`` = accuracy of a − b) on the items both
+    scored after the pilot, as it stood when the rounds ended or when one of them left."""
+
+    a: str
+    b: str
+    result: SequentialResult
+
+    def row(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, **self.result.to_dict()}
+
+
+@dataclass
+class Advice:
+    """The answer of :func:`~dspy_for.experiments.advise`: which method to run, with its evidence."""
+
+    spec: ExperimentSpec
+    dataset: str
+    split: str
+    signature: str
+    budget: float | None
+    margin: float
+    alpha: float
+    candidates: list[CandidateOutcome] = field(default_factory=list)
+    pairs: list[PairOutcome] = field(default_factory=list)
+    pair_alpha: float | None = None  # each pair's level: alpha / pairs (Bonferroni)
+    recommended: str | None = None
+    resolved: bool = False
+    how: str = ""  # how the rounds ended, in a sentence
+    items_used: int = 0  # items of the seeded order any candidate ran (pilot included)
+    pilot_items: int = 0
+    cot_tokens: float | None = None  # CoT's tokens per item on the pilot (what k and N were sized from)
+    python_line: str | None = None
+    run_id: str | None = None
+    run_dir: Path | None = None
+    plots: list[Path] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    def outcome(self, label: str) -> CandidateOutcome:
+        return next(c for c in self.candidates if c.label == label)
+
+    @property
+    def recommendation(self) -> CandidateOutcome | None:
+        return self.outcome(self.recommended) if self.recommended else None
+
+    def pair(self, a: str, b: str) -> PairOutcome | None:
+        """The test of ``a`` against ``b`` (turned around when it was run as ``b`` against ``a``)."""
+        for p in self.pairs:
+            if (p.a, p.b) == (a, b):
+                return p
+            if (p.a, p.b) == (b, a):
+                return PairOutcome(a, b, flipped(p.result))
+        return None
+
+    @property
+    def runner_up(self) -> str | None:
+        """The best other candidate that took part in the rounds (accuracy, then fewer tokens per item)."""
+        others = [
+            c
+            for c in self.candidates
+            if c.label != self.recommended and c.measured and c.status in (RUNNING, WORSE) and c.result is not None
+        ]
+        if not others:
+            return None
+        best = max(others, key=lambda c: (c.result.accuracy, -c.result.tokens_per_item))  # type: ignore[union-attr]
+        return best.label
+
+    def item_errors(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for c in self.candidates:
+            if c.result is not None:
+                total.update(c.result.error_counts())
+        return total
+
+    @property
+    def n_failed(self) -> int:
+        return sum(c.result.n_failed for c in self.candidates if c.result is not None)
+
+    @property
+    def could_not_run(self) -> dict[str, str]:
+        """Candidates that never produced a record: they could not be built, or CoT, which sizes them, failed."""
+        return {c.label: c.reason for c in self.candidates if c.status == FAILED and c.result is None}
+
+    @property
+    def ok(self) -> bool:
+        """No failed item and no candidate that could not run: every number shown was measured."""
+        return self.n_failed == 0 and not self.could_not_run
+
+    def to_dict(self) -> dict[str, Any]:
+        runner = self.runner_up
+        vs = self.pair(self.recommended, runner) if self.recommended and runner else None
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "signature": self.signature,
+            "budget": self.budget,
+            "margin": self.margin,
+            "alpha": self.alpha,
+            "pair_alpha": self.pair_alpha,
+            "recommended": self.recommended,
+            "resolved": self.resolved,
+            "how": self.how,
+            "runner_up": runner,
+            "vs_runner_up": vs.row() if vs else None,
+            "items_used": self.items_used,
+            "pilot_items": self.pilot_items,
+            "cot_tokens_per_item": self.cot_tokens,
+            "python_line": self.python_line,
+            "failed_items": self.n_failed,
+            "candidates": [c.row() for c in self.candidates],
+            "pairs": [p.row() for p in self.pairs],
+        }
