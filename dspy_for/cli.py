@@ -13,9 +13,9 @@ from dspy_for.cli_common import console, fail, failed_run, interrupted_exit, pri
 from dspy_for.cli_models import models_app, serve
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
-from dspy_for.experiments.advise import MARGIN as ADVISE_MARGIN
-from dspy_for.experiments.advise import advise as run_advise
-from dspy_for.experiments.advise.report import advice_lines
+from dspy_for.experiments.advisor import MARGIN as ADVISE_MARGIN
+from dspy_for.experiments.advisor import advise as run_advise
+from dspy_for.experiments.advisor.report import advice_lines
 from dspy_for.experiments.comparison import compare as run_compare
 from dspy_for.experiments.core.prepare import prepare_program
 from dspy_for.experiments.reports.sweep import final_test_line, trials_table

@@ -15,7 +15,7 @@ Layout: :mod:`.spec` (the typed run specification and config parsing) · :mod:`.
 
 from __future__ import annotations
 
-from dspy_for.experiments.advise import Advice, advise
+from dspy_for.experiments.advisor import Advice, advise
 from dspy_for.experiments.comparison import ComparisonResult, compare
 from dspy_for.experiments.core import (
     Evaluation,

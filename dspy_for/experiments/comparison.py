@@ -30,7 +30,7 @@ from dspy_for.experiments.tracking.sink import MlflowSink
 from dspy_for.lm import describe_lm
 from dspy_for.secrets import redact
 
-__all__ = ["ComparisonResult", "compare"]
+__all__ = ["ComparisonResult", "compare", "prepare_tracked"]
 
 logger = logging.getLogger("dspy_for.compare")
 
@@ -125,7 +125,7 @@ def _run_sequential(
     children: dict[str, str] = {}
     examples = None
     for m in spec.methods:
-        run, child, err = _prepare_one(spec, d, m, examples, parent, run_dir, items_dir)
+        run, child, err = prepare_tracked(spec, d, m, examples, parent, run_dir, items_dir)
         if err:
             out.errors[d.name][m.label] = err
         elif run is not None and child is not None:
@@ -152,7 +152,7 @@ def _run_sequential(
     log_outcomes(parent, outcomes)
 
 
-def _prepare_one(
+def prepare_tracked(
     spec: ExperimentSpec, d: DatasetConfig, m: MethodConfig, examples: Any, parent: str, run_dir: Path, items_dir: Path
 ) -> tuple[PreparedRun | None, str | None, str | None]:
     """One method's prepared run and its nested MLflow run (params, dataset, program logged); or the error that
@@ -176,7 +176,7 @@ def _run_one(
     spec: ExperimentSpec, d: Any, m: MethodConfig, examples: Any, parent: str, run_dir: Path, items_dir: Path
 ) -> tuple[MethodResult | None, str | None, Any]:
     """One method on one dataset as a nested MLflow run; returns (result, error, the dataset's examples)."""
-    run, child, err = _prepare_one(spec, d, m, examples, parent, run_dir, items_dir)
+    run, child, err = prepare_tracked(spec, d, m, examples, parent, run_dir, items_dir)
     if run is None or child is None:
         return None, err, examples
     results = ResultStore.in_dir(items_dir, d.name, d.split, m.label, run.key)

@@ -17,7 +17,7 @@ from dspy_for.cli import app
 from dspy_for.datasets import load_dataset, register_jsonl
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import advise
-from dspy_for.experiments.advise.report import advice_lines
+from dspy_for.experiments.advisor.report import advice_lines
 from dspy_for.experiments.sequential import seeded_order
 from dspy_for.testing import system_text, user_text
 
@@ -184,7 +184,7 @@ def test_an_lm_failure_is_an_error_never_a_score(install_scripted_lm, tmp_path):
 
 
 def test_the_timeout_ends_the_rounds_with_the_leader_unresolved(install_scripted_lm, tmp_path, monkeypatch):
-    from dspy_for.experiments.advise import driver
+    from dspy_for.experiments.advisor import driver
 
     now = [0.0]
     monkeypatch.setattr(driver, "time", SimpleNamespace(monotonic=lambda: now[0]))

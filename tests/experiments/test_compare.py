@@ -9,8 +9,8 @@ import pytest
 import dspy_for.experiments.core.prepare as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
-from dspy_for.experiments.spec.config import load_spec
 from dspy_for.experiments.reports.table import table_text
+from dspy_for.experiments.spec.config import load_spec
 from dspy_for.testing import system_text
 
 SECRET = "sk-test-THIS-IS-A-FAKE-KEY-1234567890"

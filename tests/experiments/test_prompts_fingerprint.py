@@ -119,8 +119,8 @@ COMMITTED = {
 
 @pytest.mark.parametrize(("role_lm", "dataset"), list(COMMITTED))
 def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
-    from dspy_for.experiments.spec.config import load_spec
     from dspy_for.experiments.core import ResultStore
+    from dspy_for.experiments.spec.config import load_spec
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments/prorefine_measure.toml", role_lms=[role_lm] if role_lm else None)
@@ -148,8 +148,8 @@ COMMITTED_FOR = {
 
 def test_committed_for_results_are_found_by_the_run_path():
     from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
-    from dspy_for.experiments.spec.config import load_spec
     from dspy_for.experiments.core import ResultStore
+    from dspy_for.experiments.spec.config import load_spec
 
     root = Path(__file__).resolve().parents[2]
     d = DatasetConfig("gsm8k", "val", first=50)
@@ -196,8 +196,8 @@ COMMITTED_FOR_CONFIGS = {
 
 @pytest.mark.parametrize("config_name", list(COMMITTED_FOR_CONFIGS))
 def test_committed_results_of_the_issue_18_configs_are_found_by_the_run_path(config_name):
-    from dspy_for.experiments.spec.config import load_spec
     from dspy_for.experiments.core import ResultStore
+    from dspy_for.experiments.spec.config import load_spec
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments" / config_name, first=50)
@@ -223,9 +223,8 @@ COMMITTED_MATCHED = {
 @pytest.mark.parametrize(("label", "first"), list(COMMITTED_MATCHED))
 def test_committed_matched_budget_baselines_are_found_by_the_run_path(label, first):
     from dspy_for.experiments.comparison import _matched_budget
+    from dspy_for.experiments.core import MethodResult, ResultStore, with_options
     from dspy_for.experiments.spec.config import load_spec
-    from dspy_for.experiments.core import MethodResult, ResultStore
-    from dspy_for.experiments.core import with_options
 
     root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "experiments/matched_budget.toml", first=first)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dspy_for.experiments.advise.result import Advice, CandidateOutcome
+from dspy_for.experiments.advisor.result import Advice, CandidateOutcome
 from dspy_for.experiments.comparison import ComparisonResult
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.tracking import store

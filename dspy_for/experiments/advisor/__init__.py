@@ -21,7 +21,7 @@ outcome of a test) and bad input fails before any LM call. ``docs/advise.md`` ha
 
 from __future__ import annotations
 
-from dspy_for.experiments.advise.driver import MARGIN, advise
-from dspy_for.experiments.advise.result import Advice, CandidateOutcome, PairOutcome
+from dspy_for.experiments.advisor.driver import MARGIN, advise
+from dspy_for.experiments.advisor.result import Advice, CandidateOutcome, PairOutcome
 
 __all__ = ["MARGIN", "Advice", "CandidateOutcome", "PairOutcome", "advise"]

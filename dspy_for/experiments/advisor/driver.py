@@ -24,9 +24,9 @@ import dspy
 from dspy_for.datasets import register_jsonl, signature_for
 from dspy_for.datasets.user import USER_SPLIT
 from dspy_for.errors import ConfigError, DatasetError
-from dspy_for.experiments.advise.candidates import Candidate, select_candidates, sized_options, spec_line
-from dspy_for.experiments.advise.report import frontier_figure, log_advice
-from dspy_for.experiments.advise.result import (
+from dspy_for.experiments.advisor.candidates import Candidate, select_candidates, sized_options, spec_line
+from dspy_for.experiments.advisor.report import frontier_figure, log_advice
+from dspy_for.experiments.advisor.result import (
     FAILED,
     NOT_RUN,
     OVER_BUDGET,
@@ -35,8 +35,8 @@ from dspy_for.experiments.advise.result import (
     Advice,
     CandidateOutcome,
 )
-from dspy_for.experiments.advise.rounds import Rounds
-from dspy_for.experiments.comparison import _prepare_one  # a public "prepare one tracked method" is asked for
+from dspy_for.experiments.advisor.rounds import Rounds
+from dspy_for.experiments.comparison import prepare_tracked
 from dspy_for.experiments.core import Evaluation, ResultStore, load_examples
 from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.sinks import interruptible
@@ -304,7 +304,7 @@ class _Session:
         :class:`Evaluation` (closed with the session); None (and ``out`` marked failed) if it cannot run."""
         assert self.stack is not None
         examples = [*self.order]
-        run, child, err = _prepare_one(self.spec, self.d, m, examples, self.parent, self.run_dir, self.items_dir)
+        run, child, err = prepare_tracked(self.spec, self.d, m, examples, self.parent, self.run_dir, self.items_dir)
         if run is None or child is None:
             if out is not None:
                 out.status, out.reason = FAILED, f"could not run: {err}"

@@ -23,7 +23,7 @@ from itertools import combinations
 
 import dspy
 
-from dspy_for.experiments.advise.result import (
+from dspy_for.experiments.advisor.result import (
     NOT_RUN,
     RUNNING,
     WORSE,
