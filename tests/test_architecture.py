@@ -82,7 +82,9 @@ def _imports(module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for a in node.names:
                 found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
         for child in ast.iter_child_nodes(node):
@@ -143,7 +145,10 @@ def test_no_import_circle():
 
 def test_no_arrow_runs_up_a_floor():
     up = sorted(
-        f"{m} (floor {_floor(m)}) -> {d} (floor {_floor(d)})" for m, deps in GRAPH.items() for d in deps if _floor(d) > _floor(m)
+        f"{m} (floor {_floor(m)}) -> {d} (floor {_floor(d)})"
+        for m, deps in GRAPH.items()
+        for d in deps
+        if _floor(d) > _floor(m)
     )
     assert up == []
 

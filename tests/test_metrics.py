@@ -91,5 +91,3 @@ def test_other_metrics():
         dspy.Example(answer="apple banana cherry"), dspy.Prediction(answer="banana apple cherry")
     )
     assert metric_for("gsm8k") is numeric_match and metric_for("aqua") is choice_match
-
-

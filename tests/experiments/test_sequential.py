@@ -79,7 +79,9 @@ def test_a_pair_that_is_always_discordant_stops_early(install_scripted_lm, tmp_p
 def test_identical_methods_run_to_max_items_unresolved(install_scripted_lm, tmp_path: Path):
     install_scripted_lm(cot_right_single_wrong)
     twins = '[[methods]]\nname = "cot"\nlabel = "a"\n[[methods]]\nname = "cot"\nlabel = "b"\n'
-    config = _write(tmp_path, twins, extra="max_items = 10").read_text().replace('baseline = "single"', 'baseline = "a"')
+    config = (
+        _write(tmp_path, twins, extra="max_items = 10").read_text().replace('baseline = "single"', 'baseline = "a"')
+    )
     (tmp_path / "seq.toml").write_text(config)
     result = compare(tmp_path / "seq.toml", tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     (pair,) = result.sequential
