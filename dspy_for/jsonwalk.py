@@ -22,14 +22,16 @@ def _children(value: Any, with_dataclasses: bool) -> Mapping[Any, Any] | list[An
     return None
 
 
-def walk(value: Any, leaf: Callable[[Any], Any], *, with_dataclasses: bool = False) -> Any:
-    """``value`` rebuilt (mappings as dicts, lists and tuples as lists, dataclasses as dicts when
-    ``with_dataclasses``) with ``leaf`` applied to everything else."""
+def walk(
+    value: Any, leaf: Callable[[Any], Any], *, with_dataclasses: bool = False, key: Callable[[Any], Any] = lambda k: k
+) -> Any:
+    """``value`` rebuilt (mappings as dicts with ``key`` applied to their keys, lists and tuples as lists,
+    dataclasses as dicts when ``with_dataclasses``) with ``leaf`` applied to everything else."""
     children = _children(value, with_dataclasses)
     if isinstance(children, Mapping):
-        return {k: walk(v, leaf, with_dataclasses=with_dataclasses) for k, v in children.items()}
+        return {key(k): walk(v, leaf, with_dataclasses=with_dataclasses, key=key) for k, v in children.items()}
     if isinstance(children, list):
-        return [walk(v, leaf, with_dataclasses=with_dataclasses) for v in children]
+        return [walk(v, leaf, with_dataclasses=with_dataclasses, key=key) for v in children]
     return leaf(value)
 
 
@@ -62,9 +64,10 @@ def _jsonable_leaf(value: Any) -> Any:
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` if it is JSON-serializable, else the same structure with what is not turned into text."""
+    """``value`` if it is JSON-serializable, else the same structure with what is not (keys included) turned into
+    text."""
     try:
         json.dumps(value)
         return value
     except (TypeError, ValueError):
-        return walk(value, _jsonable_leaf)
+        return walk(value, _jsonable_leaf, key=str)

@@ -130,7 +130,7 @@ def _lm_text(lm: Any, options: Mapping[str, Any]) -> str:
 
 
 def _py(value: Any) -> str:
-    """A plain value as Python source (JSON's true / false / null spelled the Python way)."""
+    """A plain value as Python source in the house style (double-quoted strings; True / False / None)."""
     if isinstance(value, bool) or value is None:
         return repr(value)
     if isinstance(value, str):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat.mlflow import ASSESSMENT_RUN
-from dspy_for.experiments.tracking.spans import jsonable
+from dspy_for.jsonwalk import jsonable
 from dspy_for.secrets import redact, redact_obj
 
 if TYPE_CHECKING:

@@ -10,11 +10,12 @@ so they are masked too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat import mlflow as compat
+from dspy_for.jsonwalk import leaves
 from dspy_for.secrets import redact, redact_obj
 
 if TYPE_CHECKING:
@@ -25,14 +26,7 @@ __all__ = ["install_span_masking", "mask_span", "needs_masking", "strings"]
 
 def strings(value: Any) -> Iterable[str]:
     """Every string inside a JSON-like value (dict values, list and tuple items)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from strings(v)
+    return (v for v in leaves(value) if isinstance(v, str))
 
 
 def needs_masking(value: Any) -> bool:

@@ -18,18 +18,18 @@ calls' own (no time is ever shared out).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat.mlflow import CHAT_USAGE, LLM_MODEL
+from dspy_for.jsonwalk import jsonable
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core import ItemResult
     from dspy_for.lm.usage import CallRecord
 
-__all__ = ["CallSpan", "call_spans", "jsonable", "usage_attribute"]
+__all__ = ["CallSpan", "call_spans", "usage_attribute"]
 
 
 @dataclass(frozen=True)
@@ -231,16 +231,3 @@ def usage_attribute(usage: Mapping[str, Any]) -> dict[str, Any]:
     prompt = int(usage.get("prompt_tokens", 0) or 0) + int(usage.get("cached_prompt_tokens", 0) or 0)
     completion = int(usage.get("completion_tokens", 0) or 0) + int(usage.get("cached_completion_tokens", 0) or 0)
     return {CHAT_USAGE: {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion}}
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` if it is JSON-serializable, else the same structure with what is not turned into text."""
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        if isinstance(value, Mapping):
-            return {str(k): jsonable(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [jsonable(v) for v in value]
-        return str(value)

@@ -50,7 +50,8 @@ from dspy_for.experiments.tracking.assessments import (
 )
 from dspy_for.experiments.tracking.datasets import log_dataset
 from dspy_for.experiments.tracking.masking import needs_masking
-from dspy_for.experiments.tracking.spans import CallSpan, call_spans, jsonable, usage_attribute
+from dspy_for.experiments.tracking.spans import CallSpan, call_spans, usage_attribute
+from dspy_for.jsonwalk import jsonable
 from dspy_for.secrets import redact, redact_obj
 
 if TYPE_CHECKING:
