@@ -87,7 +87,7 @@ class Evaluation:
     def feed(self, examples: Iterable[dspy.Example], stop: StopRule | None = None) -> list[ItemResult]:
         """Run ``examples`` (those not yet landed in this evaluation) and return their records in order; with
         ``stop``, no item starts once it returns True (what landed stays, what did not run is left out)."""
-        new = [ex for ex in examples if _key(ex) not in self._items]
+        new = list({_key(ex): ex for ex in examples if _key(ex) not in self._items}.values())  # each item once
         fresh = [ex for ex in new if _key(ex) not in self.stored]
         self.progress.expect(len(fresh))
         with interruptible():
