@@ -41,3 +41,21 @@ def test_compare_with_a_judge_on_two_items(tmp_path, monkeypatch):
     assert judged["n"] == 2 and judged["judged_accuracy"]["n"] == 2
     # the judge's calls are its own role, never part of the method's tokens per item
     assert cot.judge_usage.total.calls >= 2 and "judge" not in cot.usage.roles
+
+
+def test_a_sequential_comparison_on_four_items(tmp_path, monkeypatch):
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.toml")
+    monkeypatch.chdir(tmp_path)
+    result = compare(
+        config,
+        lm=f"local/{MODEL}",
+        methods="single,cot",
+        sequential=True,
+        max_items=4,
+        max_tokens=384,
+        tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+    )
+    (pair,) = result.sequential
+    assert pair["method"] in ("single", "cot") and pair["n"] <= 4 and result.ok
+    res = result.results["gsm8k"]
+    assert all(r.n_failed == 0 and 1 <= r.n <= 4 for r in res.values())
