@@ -14,7 +14,7 @@ from rich.table import Table
 from dspy_for.cli_common import console, fail
 from dspy_for.errors import DspyForError
 from dspy_for.lm.registry import list_models, model_dir, pull_model
-from dspy_for.lm.server import alias_for, serve_forever
+from dspy_for.lm.server import DEFAULT_PROMPT_CACHE_BYTES, alias_for, serve_forever
 
 __all__ = ["models_app", "models_list", "models_pull", "serve"]
 
@@ -58,22 +58,35 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
     n_ctx: Annotated[int, typer.Option(help="Context size in tokens.")] = 4096,
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
+    prompt_cache: Annotated[
+        bool,
+        typer.Option(
+            help="Serve the prompt-caching server instead (each repeated prompt prefix computed once; answers can "
+            "differ from the default server's, so LMs opt in with `--lm-option prompt_cache=true`).",
+        ),
+    ] = False,
+    prompt_cache_mb: Annotated[
+        int,
+        typer.Option(min=0, help="With --prompt-cache: memory for stored prefixes, in MiB (does not change answers)."),
+    ] = DEFAULT_PROMPT_CACHE_BYTES >> 20,
 ) -> None:
     """Run a local llama.cpp server in the foreground; `local/NAME` specs in other processes use it."""
 
+    use = f"--lm local/{name}" + (" --lm-option prompt_cache=true" if prompt_cache else "")
     try:
-        console.print(f"starting {name} … (Ctrl-C stops it)")
+        console.print(f"starting {name}{' with the prompt cache' if prompt_cache else ''} … (Ctrl-C stops it)")
         serve_forever(
             name,
             port=port,
             n_ctx=n_ctx,
             n_threads=threads,
+            prompt_cache=prompt_cache,
+            prompt_cache_bytes=prompt_cache_mb << 20,
             on_ready=lambda info: console.print(
-                f"serving [bold]{info.alias}[/] at {info.base_url} (pid {info.pid}); "
-                f"use `--lm local/{name}` in other processes",
+                f"serving [bold]{info.alias}[/] at {info.base_url} (pid {info.pid}); use `{use}` in other processes",
                 soft_wrap=True,
             ),
         )
     except DspyForError as exc:
         fail(exc)
-    console.print(f"stopped {alias_for(name)}")
+    console.print(f"stopped {alias_for(name, prompt_cache)}")

@@ -12,6 +12,10 @@
   (:data:`DEFAULT_NUM_RETRIES` remote, 1 local).
 * :func:`check_lm_spec` and :func:`check_lm_options` validate a spec and its options without starting
   anything, so configs fail before a run starts.
+* ``prompt_cache=True`` (``local/`` specs only, off by default) uses the model's prompt-caching server
+  (:mod:`dspy_for.lm.server`, docs/prompt_cache.md): each role's repeated prefix is computed once. Its
+  answers can differ from the default server's at temperature 0, so it is a result-changing option: it
+  enters a run's result key like ``temperature``, and the served alias (hence DSPy's cache key) differs.
 
 Usage of every LM call (any ``dspy.BaseLM``, not only these) is recorded by
 :func:`dspy_for.lm.usage.track_usage`; the cache installed here keeps the original call's token counts
@@ -162,7 +166,7 @@ def check_lm_options(options: Mapping[str, Any]) -> None:
     """Validate LM options (as given to :func:`make_lm`) without building anything.
 
     Type-checks the known options (``timeout``, ``num_retries``, ``api_base``, ``temperature``,
-    ``max_tokens``) and refuses any secret-looking key (``api_key``, ``*token*``, ``*secret*``,
+    ``max_tokens``, ``prompt_cache``) and refuses any secret-looking key (``api_key``, ``*token*``, ``*secret*``,
     ``*password*``): keys come from the environment only. Other litellm options pass through.
     """
     if options is None:
@@ -194,6 +198,11 @@ def check_lm_options(options: Mapping[str, Any]) -> None:
         temp = options["temperature"]
         if temp is not None and (not _is_number(temp) or temp < 0):
             raise ConfigError(f"`temperature` must be a number >= 0, got {temp!r}. Set e.g. temperature=0.")
+    if "prompt_cache" in options and not isinstance(options["prompt_cache"], bool):
+        raise ConfigError(
+            f"`prompt_cache` must be true or false (the local server's prompt cache), got "
+            f"{options['prompt_cache']!r}. Set e.g. --lm-option prompt_cache=true."
+        )
     if "max_tokens" in options:
         m = options["max_tokens"]
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= 0):
@@ -233,14 +242,25 @@ class LM(dspy.LM):
 class LocalLM(LM):
     """An LM on the shared local llama.cpp server of a registry model.
 
-    If the server dies (killed, crashed), the next call restarts it and retries once.
+    ``prompt_cache``: use the model's prompt-caching server instead (a separate server, alias and DSPy
+    cache entries; see :mod:`dspy_for.lm.server`). If the server dies (killed, crashed), the next call
+    restarts it and retries once.
     """
 
-    def __init__(self, name: str, *, n_ctx: int | None = None, n_threads: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        n_ctx: int | None = None,
+        n_threads: int | None = None,
+        prompt_cache: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self.local_name = name
         self.n_ctx = n_ctx or local_server.DEFAULT_N_CTX
         self.n_threads = n_threads
-        self.server = local_server.ensure_server(name, n_ctx=self.n_ctx, n_threads=n_threads)
+        self.prompt_cache = prompt_cache
+        self.server = local_server.ensure_server(name, n_ctx=self.n_ctx, n_threads=n_threads, prompt_cache=prompt_cache)
         kwargs.setdefault("num_retries", 1)
         super().__init__(
             f"hosted_vllm/{self.server.alias}", api_base=self.server.base_url, api_key="local-no-key", **kwargs
@@ -249,7 +269,9 @@ class LocalLM(LM):
     def _revive(self) -> bool:
         if local_server._alive(self.server.pid):
             return False  # the server is alive (maybe busy): the error is not a dead server
-        self.server = local_server.ensure_server(self.local_name, n_ctx=self.n_ctx, n_threads=self.n_threads)
+        self.server = local_server.ensure_server(
+            self.local_name, n_ctx=self.n_ctx, n_threads=self.n_threads, prompt_cache=self.prompt_cache
+        )
         self.kwargs["api_base"] = self.server.base_url
         return True
 
@@ -275,8 +297,8 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
     Options: ``temperature`` (default 0), ``max_tokens``, ``cache`` (default True), ``timeout`` (seconds,
     default :data:`DEFAULT_TIMEOUT`, local :data:`DEFAULT_LOCAL_TIMEOUT`; None: litellm's default),
     ``num_retries`` (default :data:`DEFAULT_NUM_RETRIES`, local 1), ``api_base`` and any litellm option;
-    for ``local/`` specs also ``n_ctx`` and ``n_threads``. ``api_key`` is refused: keys come from the
-    environment.
+    for ``local/`` specs also ``n_ctx``, ``n_threads`` and ``prompt_cache`` (default False: the model's
+    prompt-caching server, docs/prompt_cache.md). ``api_key`` is refused: keys come from the environment.
     """
     if isinstance(spec, dspy.BaseLM):
         return spec
@@ -308,6 +330,11 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
             f"or 'local/<name>' for a local model (see `dspy-for models list`)."
         )
     check_lm_spec(spec)
+    if options.pop("prompt_cache", False):
+        raise ConfigError(
+            f"`prompt_cache` applies to local models only (`local/<name>`), not to `{spec}`: drop it, or use "
+            "a local model (see `dspy-for models list`)."
+        )
     configure_cache()
     options.setdefault("temperature", 0.0)
     options.setdefault("num_retries", DEFAULT_NUM_RETRIES)
@@ -350,4 +377,6 @@ def describe_lm(lm: dspy.BaseLM | str | None) -> dict[str, Any]:
     if isinstance(lm, LocalLM):
         out["spec"] = f"local/{lm.local_name}"
         out["model_sha256"] = get_model(lm.local_name).sha256
+        if lm.prompt_cache:
+            out["prompt_cache"] = True
     return out

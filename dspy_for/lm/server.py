@@ -10,6 +10,17 @@ One server per registry model is shared by every process on the machine:
   anyone else are never stopped by the library.
 
 The server's log goes to ``<server dir>/<model>.log``; a failed start shows its tail.
+
+**Prompt cache** (opt-in: ``prompt_cache=True`` here, ``make_lm("local/NAME", prompt_cache=True)``,
+``dspy-for serve NAME --prompt-cache``): a separate server per model (state file ``<model>.prompt-cache.json``,
+alias ``<model>-<sha>-pc64``) that keeps the key/value states of prompt prefixes it has evaluated and
+reuses the longest stored one, so each role's repeated instructions are computed once
+(:mod:`dspy_for.lm.prompt_cache`). To keep answers a function of the prompt alone, it evaluates every prompt in fixed
+chunks of :data:`PROMPT_CACHE_CHUNK` tokens counted from the first token and reuses only whole chunks:
+a reused chunk is bit-identical to the one a fresh evaluation would compute. Answers can still differ
+from the default server's, whose chunking follows the previous request (it reuses the longest common
+prefix with the previous prompt, at any length), so the cache is part of the alias and of a result's key
+(docs/prompt_cache.md).
 """
 
 from __future__ import annotations
@@ -33,10 +44,21 @@ from typing import Any
 import platformdirs
 from filelock import FileLock
 
-from dspy_for.errors import ServerError, require
+from dspy_for.errors import ConfigError, ServerError, require
+from dspy_for.lm.prompt_cache import DEFAULT_PROMPT_CACHE_BYTES, PROMPT_CACHE_CHUNK
 from dspy_for.lm.registry import get_model, model_path
 
-__all__ = ["ServerInfo", "ensure_server", "healthy", "release_server", "server_dir", "start_server", "stop_server"]
+__all__ = [
+    "ServerInfo",
+    "alias_for",
+    "ensure_server",
+    "healthy",
+    "release_server",
+    "server_command",
+    "server_dir",
+    "start_server",
+    "stop_server",
+]
 
 SERVER_DIR_ENV = "DSPY_FOR_SERVER_DIR"
 DEFAULT_N_CTX = 4096
@@ -53,6 +75,7 @@ class ServerInfo:
     n_ctx: int
     n_threads: int
     leases: list[int] = field(default_factory=list)
+    prompt_cache: bool = False
 
     @property
     def base_url(self) -> str:
@@ -66,15 +89,18 @@ def server_dir() -> Path:
     return Path(platformdirs.user_cache_dir("dspy-for")) / "servers"
 
 
-def alias_for(name: str) -> str:
-    """Served model alias: the name plus the file's SHA-256 prefix, so cache keys differ per model file."""
-    return f"{name}-{get_model(name).sha256[:12]}"
+def alias_for(name: str, prompt_cache: bool = False) -> str:
+    """Served model alias: the name plus the file's SHA-256 prefix, so cache keys differ per model file;
+    with the prompt cache also ``-pc<chunk>``, so DSPy's response cache never mixes the two servers' answers."""
+    alias = f"{name}-{get_model(name).sha256[:12]}"
+    return f"{alias}-pc{PROMPT_CACHE_CHUNK}" if prompt_cache else alias
 
 
-def _paths(name: str) -> tuple[Path, Path, Path]:
+def _paths(name: str, prompt_cache: bool = False) -> tuple[Path, Path, Path]:
     d = server_dir()
     d.mkdir(parents=True, exist_ok=True)
-    return d / f"{name}.json", d / f"{name}.lock", d / f"{name}.log"
+    stem = f"{name}.prompt-cache" if prompt_cache else name
+    return d / f"{stem}.json", d / f"{stem}.lock", d / f"{stem}.log"
 
 
 def _read_state(path: Path) -> ServerInfo | None:
@@ -137,6 +163,45 @@ def _tail(path: Path, n: int = 25) -> str:
         return "(no log)"
 
 
+_PROMPT_CACHE_BOOT = "from dspy_for.lm.prompt_cache import run_prompt_cache_server; run_prompt_cache_server()"
+
+
+def _check_prompt_cache_bytes(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            f"`prompt_cache_bytes` must be an integer >= 0 (bytes of stored prefix states; 0 keeps only the "
+            f"current context), got {value!r}. Set e.g. --prompt-cache-mb 1024."
+        )
+
+
+def server_command(
+    name: str,
+    *,
+    port: int,
+    n_ctx: int,
+    n_threads: int,
+    prompt_cache: bool = False,
+    prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
+) -> list[str]:
+    """The command line that runs the server of registry model ``name`` (pulled).
+
+    Without the prompt cache: llama-cpp-python's own server, as it always was. With it: the same server
+    started through :func:`~dspy_for.lm.prompt_cache.run_prompt_cache_server`, in chunks of
+    :data:`~dspy_for.lm.prompt_cache.PROMPT_CACHE_CHUNK` tokens, computing logits for the last prompt token
+    only (no logprobs).
+    """
+    _check_prompt_cache_bytes(prompt_cache_bytes)
+    args = ["--model", str(model_path(name)), "--model_alias", alias_for(name, prompt_cache)]
+    args += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads)]
+    if not prompt_cache:
+        return [sys.executable, "-m", "llama_cpp.server", *args]
+    chunk = str(PROMPT_CACHE_CHUNK)
+    cache = ["--prompt_cache_bytes", str(prompt_cache_bytes), "--n_batch", chunk, "--n_ubatch", chunk]
+    # logits of the last prompt token only (llama.cpp's own default; the server's is every token's, for
+    # prompt logprobs): the output layer is a sixth of the 1.5B model's compute per prompt token
+    return [sys.executable, "-c", _PROMPT_CACHE_BOOT, *cache, "--logits_all", "False", *args]
+
+
 def start_server(
     name: str,
     *,
@@ -145,27 +210,35 @@ def start_server(
     n_threads: int | None = None,
     started_by: str = "library",
     timeout: float = 180.0,
+    prompt_cache: bool = False,
+    prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
 ) -> tuple[ServerInfo, subprocess.Popen[bytes]]:
     """Start a server process for registry model ``name`` and wait until it is healthy.
 
     The caller must hold the model's lock (``ensure_server`` does) or be the only user (``serve``).
+    ``prompt_cache``: the prompt-caching server (module docstring) instead of the default one.
     """
     require("llama_cpp.server", extra="local", package="llama-cpp-python[server]")
-    path = model_path(name)
-    _, _, log_path = _paths(name)
+    _, _, log_path = _paths(name, prompt_cache)
     n_threads = n_threads or min(os.cpu_count() or 2, 8)
     if port is not None and _port_in_use(port):
         raise ServerError(
             f"Port {port} on 127.0.0.1 is already in use. Pick another `--port`, or omit it to use a free one."
         )
     port = port or _free_port()
-    alias = alias_for(name)
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", alias]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads)]
+    cmd = server_command(
+        name,
+        port=port,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        prompt_cache=prompt_cache,
+        prompt_cache_bytes=prompt_cache_bytes,
+    )
+    alias = alias_for(name, prompt_cache)
     log = log_path.open("ab")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
-    info = ServerInfo(name, alias, "127.0.0.1", port, proc.pid, started_by, n_ctx, n_threads)
+    info = ServerInfo(name, alias, "127.0.0.1", port, proc.pid, started_by, n_ctx, n_threads, [], prompt_cache)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -183,15 +256,23 @@ def start_server(
     )
 
 
-_OWN_LEASES: set[str] = set()
+_OWN_LEASES: set[tuple[str, bool]] = set()
 
 
 def ensure_server(
-    name: str, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None, port: int | None = None
+    name: str,
+    *,
+    n_ctx: int = DEFAULT_N_CTX,
+    n_threads: int | None = None,
+    port: int | None = None,
+    prompt_cache: bool = False,
 ) -> ServerInfo:
-    """Return a healthy shared server for ``name``, starting one if none is running; takes a lease."""
+    """Return a healthy shared server for ``name``, starting one if none is running; takes a lease.
+
+    ``prompt_cache``: the model's prompt-caching server, a separate one (module docstring).
+    """
     get_model(name)
-    state_path, lock_path, _ = _paths(name)
+    state_path, lock_path, _ = _paths(name, prompt_cache)
     with FileLock(str(lock_path), timeout=600):
         info = _read_state(state_path)
         # a live server process is reused even when it is slow to answer the health check: llama.cpp
@@ -200,20 +281,20 @@ def ensure_server(
             state_path.unlink(missing_ok=True)
             info = None
         if info is None:
-            info, _ = start_server(name, n_ctx=n_ctx, n_threads=n_threads, port=port)
+            info, _ = start_server(name, n_ctx=n_ctx, n_threads=n_threads, port=port, prompt_cache=prompt_cache)
         me = os.getpid()
         info.leases = sorted({p for p in info.leases if _alive(p)} | {me})
         _write_state(state_path, info)
-    if name not in _OWN_LEASES:
-        _OWN_LEASES.add(name)
-        atexit.register(release_server, name)
+    if (name, prompt_cache) not in _OWN_LEASES:
+        _OWN_LEASES.add((name, prompt_cache))
+        atexit.register(release_server, name, prompt_cache)
     return info
 
 
-def release_server(name: str) -> None:
+def release_server(name: str, prompt_cache: bool = False) -> None:
     """Drop this process's lease; stop a library-started server when no live lease remains."""
-    state_path, lock_path, _ = _paths(name)
-    _OWN_LEASES.discard(name)
+    state_path, lock_path, _ = _paths(name, prompt_cache)
+    _OWN_LEASES.discard((name, prompt_cache))
     with FileLock(str(lock_path), timeout=60):
         info = _read_state(state_path)
         if info is None:
@@ -227,9 +308,9 @@ def release_server(name: str) -> None:
             _write_state(state_path, info)
 
 
-def stop_server(name: str) -> bool:
+def stop_server(name: str, prompt_cache: bool = False) -> bool:
     """Stop the server for ``name`` whatever its leases (used by ``serve`` on exit and by tests)."""
-    state_path, lock_path, _ = _paths(name)
+    state_path, lock_path, _ = _paths(name, prompt_cache)
     with FileLock(str(lock_path), timeout=60):
         info = _read_state(state_path)
         state_path.unlink(missing_ok=True)
@@ -261,24 +342,37 @@ def serve_forever(
     n_ctx: int = DEFAULT_N_CTX,
     n_threads: int | None = None,
     on_ready: Callable[[ServerInfo], None] | None = None,
+    prompt_cache: bool = False,
+    prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
 ) -> ServerInfo:
     """Run a server in the foreground for other processes (``dspy-for serve``); returns when it exits.
 
     Ctrl-C or SIGTERM stops the server; library processes never stop it (``started_by = "serve"``).
+    ``prompt_cache``: serve the prompt-caching server (``local/NAME`` LMs with ``prompt_cache=True`` use it).
     """
 
     def _on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    state_path, lock_path, _ = _paths(name)
+    _check_prompt_cache_bytes(prompt_cache_bytes)
+    state_path, lock_path, _ = _paths(name, prompt_cache)
     with FileLock(str(lock_path), timeout=600):
         existing = _read_state(state_path)
         if existing is not None and _alive(existing.pid) and healthy(existing):
+            kind = "prompt-caching server" if prompt_cache else "server"
             raise ServerError(
-                f"A server for `{name}` is already running at {existing.base_url} (pid {existing.pid}). "
+                f"A {kind} for `{name}` is already running at {existing.base_url} (pid {existing.pid}). "
                 "Use it, or stop it first."
             )
-        info, proc = start_server(name, port=port, n_ctx=n_ctx, n_threads=n_threads, started_by="serve")
+        info, proc = start_server(
+            name,
+            port=port,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            started_by="serve",
+            prompt_cache=prompt_cache,
+            prompt_cache_bytes=prompt_cache_bytes,
+        )
         _write_state(state_path, info)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -289,5 +383,5 @@ def serve_forever(
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        stop_server(name)
+        stop_server(name, prompt_cache)
     return info
