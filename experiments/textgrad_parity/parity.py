@@ -14,7 +14,7 @@ after optimization (the reference also scores test after every step; ``--test-ev
 
 Run (full size; ~3,000 task calls, hours on a 2-core CPU)::
 
-    DSPY_FOR_DATA_DIR=/work/shared/datasets LITELLM_LOCAL_MODEL_COST_MAP=True \\
+    DSPY_FOR_DATA_DIR=../shared/datasets LITELLM_LOCAL_MODEL_COST_MAP=True \\
         .venv/bin/python experiments/textgrad_parity/parity.py --out /tmp/textgrad_parity.json
 """
 
