@@ -147,7 +147,10 @@ def compare(
     judge_lm: JudgeLmOpt = None,
     match_budget: Annotated[
         bool | None,
-        typer.Option("--match-budget/--no-match-budget", help="Size self-consistency and Refine to FOR's tokens/item."),
+        typer.Option(
+            "--match-budget/--no-match-budget",
+            help="Size self-consistency's k (also defender_sc's) and Refine's N to FOR's tokens/item.",
+        ),
     ] = None,
     sequential: Annotated[
         bool | None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
@@ -19,8 +19,9 @@ from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
 
 from dspy_for.errors import ConfigError
+from dspy_for.modules.for_signatures import DEBATER_INSTRUCTIONS, REVISE_INSTRUCTIONS
 
-__all__ = ["Responder", "ScriptedLM", "system_text", "user_text"]
+__all__ = ["Responder", "ScriptedLM", "for_responder", "system_text", "user_text"]
 
 #: responder(messages, max_tokens) -> dict of output field values (formatted like a model would) or raw text
 Responder = Callable[[list[dict[str, Any]], "int | None"], "dict[str, Any] | str"]
@@ -32,6 +33,30 @@ def system_text(messages: list[dict[str, Any]]) -> str:
 
 def user_text(messages: list[dict[str, Any]]) -> str:
     return str(messages[-1].get("content", "")) if messages else ""
+
+
+def for_responder(
+    answer: str = "27",
+    *,
+    reasoning: str = "3 * 12 = 36; 36 - 9 = 27",
+    questions: Sequence[str] = ("How did you get 27?",),
+) -> Responder:
+    """A responder that plays every FOR-Prompting role with one fixed ``answer``: the Debater asks ``questions``,
+    the Defender's revision re-checks and keeps ``answer``, and every other call (the Defender's first answer,
+    the Host, CoT, self-consistency's samples) gives ``reasoning`` and ``answer``."""
+    debater = DEBATER_INSTRUCTIONS.split(".")[0]  # "You are the Debater" (also the free Debater's)
+    revise = REVISE_INSTRUCTIONS.splitlines()[0]
+
+    def respond(messages: list[dict[str, Any]], max_tokens: int | None) -> dict[str, Any]:
+        sys_text = system_text(messages)
+        if debater in sys_text:
+            return {"questions": list(questions)}
+        if revise in sys_text:
+            kept = {"responses": ["I re-checked."], "error_found": "False", "error": "none"}
+            return {**kept, "reasoning": reasoning, "answer": answer}
+        return {"reasoning": reasoning, "answer": answer}
+
+    return respond
 
 
 def _request_messages(request: Any) -> list[dict[str, Any]]:

@@ -62,7 +62,7 @@ def compare(
                     continue
                 examples = None
                 for m in _ordered(spec):
-                    if spec.match_budget and m.name in ("self_consistency", "refine"):
+                    if spec.match_budget and m.name in _SIZED:
                         m = with_options(m, _matched_budget(spec, out.results[d.name], m))
                     res, err, examples = _run_one(spec, d, m, examples, parent, run_dir, items_dir)
                     if res is not None:
@@ -101,16 +101,20 @@ def _ordered(spec: ExperimentSpec) -> list[MethodConfig]:
     return sorted(spec.methods, key=lambda m: key.get(m.name, 2))
 
 
+_SIZED = ("self_consistency", "defender_sc", "refine")  # the methods `match_budget` sizes
+
+
 def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: MethodConfig) -> dict[str, Any]:
     """Options that spend about the first FOR method's tokens per item: k CoT calls at CoT's measured cost
-    per call (self-consistency), or up to N attempts (Refine, which stops early once its reward is met)."""
+    per call (self-consistency and ``defender_sc``, whose Defender prompt costs about a CoT call; under an
+    adaptive ``stop`` k is the cap), or up to N attempts (Refine, which stops early once its reward is met)."""
     for_res = next((done[x.label] for x in spec.methods if x.name == "for" and x.label in done), None)
     cot_res = next((done[x.label] for x in spec.methods if x.name == "cot" and x.label in done), None)
     if for_res is None or cot_res is None or not for_res.n_scored or not cot_res.n_scored:
         logger.warning("match_budget needs a `for` and a `cot` method with scored items; %s keeps its options", m.label)
         return m.options
     n = max(1, round(for_res.tokens_per_item / max(cot_res.tokens_per_item, 1.0)))
-    if m.name == "self_consistency":
+    if m.name in ("self_consistency", "defender_sc"):
         return {**m.options, "k": n}
     # Refine: N attempts is the cap; it stops once its reward is met. (Forcing all N with an unreachable
     # threshold would only waste them: dspy.Refine keeps the first attempt with the best reward.)

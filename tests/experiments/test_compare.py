@@ -11,24 +11,12 @@ from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.reports.table import table_text
 from dspy_for.experiments.spec.config import load_spec
-from dspy_for.testing import system_text
+from dspy_for.testing import for_responder
 
 SECRET = "sk-test-THIS-IS-A-FAKE-KEY-1234567890"
 
 
-def responder(messages, max_tokens):
-    sys_text = system_text(messages)
-    if "You are the Debater" in sys_text:
-        return {"questions": ["How did you get 27?"]}
-    if "asked questions about your previous answer" in sys_text:
-        return {
-            "responses": ["I re-checked."],
-            "error_found": "False",
-            "error": "none",
-            "reasoning": "36 - 9 = 27",
-            "answer": "27",
-        }
-    return {"reasoning": "3 * 12 = 36; 36 - 9 = 27", "answer": "27"}
+responder = for_responder()
 
 
 CONFIG = """
@@ -278,7 +266,9 @@ def test_flags_override_the_config(tmp_path):
 
 def test_matched_budget_sizes_baselines_from_for(scripted, tmp_path):
     cfg = CONFIG.replace('baseline = "cot"', 'baseline = "cot"\nmatch_budget = true').replace(
-        '[[methods]]\nname = "single"\n', '[[methods]]\nname = "self_consistency"\n[[methods]]\nname = "refine"\n'
+        '[[methods]]\nname = "single"\n',
+        '[[methods]]\nname = "self_consistency"\n[[methods]]\nname = "refine"\n'
+        '[[methods]]\nname = "defender_sc"\noptions = { stop = "agreement" }\n',
     )
     result = compare(_write(tmp_path, cfg), tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     r = result.results["gsm8k"]
@@ -288,6 +278,9 @@ def test_matched_budget_sizes_baselines_from_for(scripted, tmp_path):
     assert abs(r["self_consistency"].tokens_per_item - r["for_n1"].tokens_per_item) < r["cot"].tokens_per_item
     # Refine may spend up to k attempts, but stops at its first one whose answer parses (all of them here)
     assert k > 1 and r["refine"].calls_per_item == pytest.approx(1.0)
+    # defender_sc gets the same k, as the cap of its adaptive stop rule (unanimous samples stop it early)
+    assert all(i.stats["k"] == k for i in r["defender_sc"].items)
+    assert r["defender_sc"].calls_per_item <= k
     assert os.path.exists(result.plots[0])
 
 

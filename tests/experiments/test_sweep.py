@@ -5,7 +5,7 @@ import pytest
 import dspy_for.experiments.core.prepare as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.sweeps.sweep import load_sweep_spec, sweep
-from dspy_for.testing import ScriptedLM, system_text
+from dspy_for.testing import ScriptedLM, for_responder, system_text
 
 CONFIG = """
 method = "for"
@@ -29,16 +29,8 @@ choices = [true, false]
 """
 
 
-def responder(messages, max_tokens):
-    s = system_text(messages)
-    if "You are the Debater" in s:
-        return {"questions": ["How did you get that?"]}
-    if "asked questions about" in s:
-        return {"responses": ["ok"], "error_found": "False", "error": "none", "reasoning": "r", "answer": "27"}
-    if "You are the Host" in s:
-        return {"reasoning": "r", "answer": "27"}
-    # the Defender is right only on the first sample item (answer 27): rounds matter through the Host
-    return {"reasoning": "r", "answer": "27"}
+# every role answers 27: right only on the first sample item
+responder = for_responder(reasoning="r", questions=["How did you get that?"])
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from dspy_for.experiments.tracking.sink import MlflowSink
 from dspy_for.experiments.tracking.spans import call_spans
 from dspy_for.experiments.tracking.store import setup_tracking, start_run
 from dspy_for.lm.usage import CallContent, CallRecord
-from dspy_for.testing import ScriptedLM, system_text, user_text
+from dspy_for.testing import ScriptedLM, for_responder, system_text, user_text
 
 CANARY = "sk-canary-DO-NOT-LEAK-0123456789abcdef"
 FAIL_ON = "bakery"  # the second sample item: its LM calls fail
@@ -33,20 +33,9 @@ DELAY = 0.2  # seconds each scripted LM call takes in the timing tests
 
 
 def responder(messages, max_tokens):
-    sys_text = system_text(messages)
-    if "strict grader" in sys_text:
+    if "strict grader" in system_text(messages):
         return {"match": "True", "reasoning_score": "0.9", "coherence_score": "0.8", "holistic_score": "0.7"}
-    if "You are the Debater" in sys_text:
-        return {"questions": ["How did you get 27?"]}
-    if "asked questions about your previous answer" in sys_text:
-        return {
-            "responses": ["I re-checked."],
-            "error_found": "False",
-            "error": "none",
-            "reasoning": "36 - 9 = 27",
-            "answer": "27",
-        }
-    return {"reasoning": "3 * 12 = 36; 36 - 9 = 27", "answer": "27"}
+    return for_responder()(messages, max_tokens)
 
 
 CONFIG = """

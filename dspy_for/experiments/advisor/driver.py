@@ -123,20 +123,7 @@ def advise(
 
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
     settings = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
-    name = spec.fingerprint() + "-" + hashlib.sha256(json.dumps(settings, default=str).encode()).hexdigest()[:6]
-    advice = Advice(
-        spec=spec,
-        dataset=d.name,
-        split=d.split,
-        signature=signature_for(d.name),
-        budget=budget,
-        margin=margin,
-        alpha=alpha,
-        pilot_items=min(pilot, len(order)),
-        run_dir=root / "advise" / name,  # the plot; the spec's fingerprint and advise's own settings name it
-    )
-    assert advice.run_dir is not None
-    advice.run_dir.mkdir(parents=True, exist_ok=True)
+    advice = _new_advice(spec, d, settings, root / "advise", pilot_items=min(pilot, len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
     parent = advice.run_id = store.start_run(f"advise-{d.name}", spec.experiment, tags=tags)
     store.log_params(parent, {"spec": spec.to_dict(), "advise": settings, **store.environment_params()})
@@ -144,21 +131,7 @@ def advise(
     session = _Session(spec, d, order, parent, advice, items_dir, progress, expired)
     status = "FAILED"
     try:
-        with interruptible(), ExitStack() as stack:
-            session.stack = stack
-            session.pilot(chosen)
-            rounds = Rounds(
-                advice.candidates,
-                session.evaluations,
-                order[advice.pilot_items :],
-                alpha=alpha,
-                margin=margin,
-                batch_size=spec.batch_size,
-                expired=expired,
-            )
-            ending = rounds.run()
-            advice.pairs, advice.pair_alpha = rounds.pair_outcomes(), rounds.pair_alpha
-            advice.recommended, advice.resolved, advice.how = ending.label, ending.resolved, ending.how
+        session.run(chosen)
         session.end_children("FINISHED")
         _finish(advice, started, parent)
         status = "FINISHED"
@@ -169,6 +142,27 @@ def advise(
         session.end_children(status)
         store.end_run(parent, status)
     return advice
+
+
+def _new_advice(
+    spec: ExperimentSpec, d: DatasetConfig, settings: dict[str, Any], under: Path, *, pilot_items: int
+) -> Advice:
+    """An empty answer with its directory in ``under`` (for the plot), named by the spec's fingerprint and
+    advise's own settings."""
+    name = spec.fingerprint() + "-" + hashlib.sha256(json.dumps(settings, default=str).encode()).hexdigest()[:6]
+    run_dir = under / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return Advice(
+        spec=spec,
+        dataset=d.name,
+        split=d.split,
+        signature=signature_for(d.name),
+        budget=settings["budget"],
+        margin=settings["margin"],
+        alpha=spec.alpha,
+        pilot_items=pilot_items,
+        run_dir=run_dir,
+    )
 
 
 def _check_numbers(*, budget: float | None, margin: float, timeout: float | None, pilot: int) -> None:
@@ -235,6 +229,25 @@ class _Session:
         self.runs: dict[str, PreparedRun] = {}
         self.children: dict[str, str] = {}  # label -> MLflow run, until ended
         self._all: dict[str, Evaluation] = {}
+
+    def run(self, chosen: list[Candidate]) -> None:
+        """The pilot, then the rounds on the items after it; their outcome into the advice."""
+        a = self.advice
+        with interruptible(), ExitStack() as stack:
+            self.stack = stack
+            self.pilot(chosen)
+            rounds = Rounds(
+                a.candidates,
+                self.evaluations,
+                self.order[a.pilot_items :],
+                alpha=a.alpha,
+                margin=a.margin,
+                batch_size=self.spec.batch_size,
+                expired=self.expired,
+            )
+            ending = rounds.run()
+            a.pairs, a.pair_alpha = rounds.pair_outcomes(), rounds.pair_alpha
+            a.recommended, a.resolved, a.how = ending.label, ending.resolved, ending.how
 
     def pilot(self, chosen: list[Candidate]) -> None:
         """Measure every candidate on the pilot's items, CoT first (its tokens per item size k and N)."""

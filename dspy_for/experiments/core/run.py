@@ -19,7 +19,9 @@ call whose record streams out as it finishes; metrics stay DSPy metrics (``metri
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -86,7 +88,8 @@ class Evaluation:
 
     def feed(self, examples: Iterable[dspy.Example], stop: StopRule | None = None) -> list[ItemResult]:
         """Run ``examples`` (those not yet landed in this evaluation) and return their records in order; with
-        ``stop``, no item starts once it returns True (what landed stays, what did not run is left out)."""
+        ``stop``, no item starts once it returns True: what landed stays, items already running on other threads
+        finish and land too (their tokens are spent), what did not start is left out."""
         new = list({_key(ex): ex for ex in examples if _key(ex) not in self._items}.values())  # each item once
         fresh = [ex for ex in new if _key(ex) not in self.stored]
         self.progress.expect(len(fresh))
@@ -101,10 +104,11 @@ class Evaluation:
                         break
             if not stopped:
                 self._order.extend(_key(ex) for ex in fresh)
-                for record, calls in self._stream(fresh):
+                halt = threading.Event()
+                for record, calls in self._stream(fresh, halt):
                     self._land(record, calls, reused=False)
-                    if stop is not None and stop(self.result):
-                        break
+                    if stop is not None and not halt.is_set() and stop(self.result):
+                        halt.set()
         self._order = [k for k in self._order if k in self._items]  # a stopped feed: what did not run is left out
         return [self._items[_key(ex)] for ex in new if _key(ex) in self._items]
 
@@ -141,24 +145,38 @@ class Evaluation:
 
     # ------------------------------------------------------------------------------------------- items
 
-    def _stream(self, examples: list[dspy.Example]) -> Iterator[tuple[ItemResult, list[CallRecord]]]:
+    def _stream(
+        self, examples: list[dspy.Example], halt: threading.Event
+    ) -> Iterator[tuple[ItemResult, list[CallRecord]]]:
         """Each item's (record, LM calls) as it finishes: in this thread with one thread (Ctrl-C then stops the
-        LM call at once), else on ``num_threads`` workers, each in a copy of this context (DSPy's settings)."""
+        LM call at once), else on ``num_threads`` workers, each in a copy of this context (DSPy's settings).
+        Once ``halt`` is set no item starts; items already running are still yielded as they finish."""
         threads = self.run.spec.num_threads
         if threads <= 1 or len(examples) <= 1:
             for ex in examples:
+                if halt.is_set():
+                    return
                 yield self._run_item(ex)
             return
         pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dspy-for-item")
-        pending: set[Future[tuple[ItemResult, list[CallRecord]]]] = {
-            pool.submit(contextvars.copy_context().run, self._run_item, ex) for ex in examples
-        }
+        todo = iter(examples)
+        pending: set[Future[tuple[ItemResult, list[CallRecord]]]] = set()
+
+        def start_next() -> None:  # one item per free thread, so none waits in a queue to start after a halt
+            for ex in itertools.islice(todo, 1):
+                pending.add(pool.submit(contextvars.copy_context().run, self._run_item, ex))
+
+        for _ in range(threads):
+            start_next()
         try:
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
+                    pending.discard(future)
                     yield future.result()
-        finally:  # stopped or interrupted: start nothing more; items already running end in the background
+                    if not halt.is_set():
+                        start_next()
+        finally:  # interrupted: start nothing more; items already running end in the background
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _run_item(self, example: dspy.Example) -> tuple[ItemResult, list[CallRecord]]:
