@@ -138,6 +138,9 @@ def compare(
     limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items.")] = None,
     first: Annotated[int | None, typer.Option(help="Only the first N items of each split (after --limit).")] = None,
     methods: Annotated[str | None, typer.Option(help="Comma-separated method labels or names.")] = None,
+    baseline: Annotated[
+        str | None, typer.Option(help="The method label that Δ and the paired tests refer to (default: the config's).")
+    ] = None,
     lm: LmOpt = None,
     role_lm: RoleLmOpt = None,
     data_dir: DataDirOpt = None,
@@ -174,6 +177,7 @@ def compare(
         limit=limit,
         first=first,
         methods=methods,
+        baseline=baseline,
         match_budget=match_budget,
         sequential=sequential,
         max_items=max_items,

@@ -65,6 +65,24 @@ def test_first_flag_reaches_the_library_call(monkeypatch, command):
     assert result.exit_code == 2 and "stop here" in result.output and seen["first"] == 7
 
 
+def test_baseline_flag_picks_the_reference_method_and_an_unknown_one_fails_first(monkeypatch, tmp_path):
+    import dspy_for.cli as cli
+    from dspy_for.experiments.spec.config import load_spec
+
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'lm = "openai/x"\n[[datasets]]\nname = "gsm8k"\nsplit = "sample"\n'
+        '[[methods]]\nname = "cot"\n[[methods]]\nname = "single"\n'
+    )
+    seen = {}
+    monkeypatch.setattr(cli, "run_compare", lambda config, overrides: seen.update(spec=load_spec(config, overrides)))
+    runner.invoke(app, ["compare", str(config), "--baseline", "single"])
+    assert seen["spec"].baseline == "single"
+    monkeypatch.undo()
+    result = runner.invoke(app, ["compare", str(config), "--baseline", "nope"])
+    assert result.exit_code == 2 and "`baseline` `nope` is not a method label" in result.output
+
+
 def test_tables_print_whole_on_an_80_column_console(monkeypatch):
     """A log file is 80 columns wide: rich would cut a judged table's cells ('62.0 [48.2–74.…')."""
     import io
