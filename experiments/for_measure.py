@@ -22,8 +22,8 @@ import logging
 from pathlib import Path
 
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, ResultStore, evaluate, prepare_run
-from dspy_for.experiments.reports.diagnostics import debate_diagnostics, round_scores
 from dspy_for.experiments.core.summary import JUDGE_SCORES, judge_summary
+from dspy_for.experiments.reports.diagnostics import debate_diagnostics, round_scores
 from dspy_for.experiments.spec.model import JudgeConfig
 from dspy_for.metrics import numeric_match
 from dspy_for.stats import format_p_value, mean_with_ci, paired_comparison
