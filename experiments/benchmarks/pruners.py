@@ -29,6 +29,8 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from dspy_for.errors import DspyForError  # after the offline cost map is set: it imports no LM client
+
 PRUNERS = ("median", "paired")
 
 SCRIPTED_CONFIG = """
@@ -154,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(work)  # the sweeps' relative paths (results, plots) land in the work directory
     try:
         runs = {x: run_pruner(config, x, work, args) for x in pruners}
+    except DspyForError as exc:  # a bad config or option: said before any LM call, as `dspy-for sweep` says it
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
         os.chdir(cwd)
 
@@ -180,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         if same and b["to_best"]:
             print(f"; tokens to reach it, {pruners[1]} / {pruners[0]}: {b['to_best'] / a['to_best']:.2f}", end="")
         print(f"; tokens in all, {pruners[1]} / {pruners[0]}: {b['total'] / max(a['total'], 1):.2f}")
+    failed = sum(s["failed"] for s in sums.values())
+    if failed:  # a failed trial is an error, never a value: the comparison above is then incomplete
+        print(f"{failed} trial(s) failed (see the sweeps' MLflow runs); the pruners are not compared on equal terms")
+        return 1
     return 0
 
 
