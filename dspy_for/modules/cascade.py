@@ -146,8 +146,6 @@ class Cascade(PerRoleLMs):
     def _settled(self, votes: Votes) -> bool:
         return votes.readable > 0 and votes.support() >= self.agreement
 
-    # ------------------------------------------------------------------- per-role LMs inside wrappers
-
 
 class _Record:
     """One call's trajectory and stats as the stages run; local to the call."""
