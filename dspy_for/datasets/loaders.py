@@ -76,7 +76,9 @@ _SIGNATURES = {
     "float": "question -> answer: float",
     "int": "question -> answer: int",
     "str": "question -> answer: str",
-    "str (A-E)": "question -> answer: str",
+    # multiple choice: the adapters tell the LM the answer must be one of these letters, and a reply that is
+    # none of them is unparsed (scored wrong), never read as some other option
+    "str (A-E)": "question -> answer: Literal['A', 'B', 'C', 'D', 'E']",
 }
 
 DATASETS: dict[str, DatasetInfo] = {
