@@ -7,6 +7,8 @@
   worker. A RUNNING trial whose worker died (its pid is gone on this host, or — for RDB storages — its
   heartbeat stopped) is marked FAIL and re-enqueued with the same parameters; a FAIL trial (failed items,
   an error, or cut by ``--timeout``) is re-enqueued once when the sweep is resumed.
+* Sampling: a seeded sweep seeds each trial's draws from its place among the trials that did not fail
+  (:mod:`.sampling`), so a resumed sweep, or a second worker, does not repeat the first trials' parameters.
 """
 
 from __future__ import annotations
@@ -89,13 +91,19 @@ def open_study(spec: SweepSpec) -> Any:
 
 
 def _sampler(spec: SweepSpec) -> Any:
+    """The spec's sampler, seeded per trial: a resumed sweep or a second worker does not repeat its draws."""
     import optuna
 
-    if spec.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=spec.seed)
-    if spec.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=spec.seed)
-    return optuna.samplers.TPESampler(seed=spec.seed, multivariate=spec.multi)
+    from dspy_for.experiments.sweeps.sampling import TrialSeededSampler
+
+    def make(seed: int | None) -> optuna.samplers.BaseSampler:
+        if spec.sampler == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed)
+        if spec.sampler == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=spec.multi)
+
+    return TrialSeededSampler(make, spec.seed)
 
 
 def _pruner(spec: SweepSpec) -> Any:
