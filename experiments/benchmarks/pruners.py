@@ -98,12 +98,21 @@ def run_pruner(config: Path, pruner: str, work: Path, args: argparse.Namespace) 
     spec = load_sweep_spec(replace(base, pruner=pruner), **overrides)
     result = sweep(spec)
     trials = []
-    for t in sorted(result.study.trials, key=lambda t: t.number):
+    for t in ran(result.study):
         a = t.user_attrs
         needed = float(a.get("spent_tokens", 0.0)) + float(a.get("cached_tokens", 0.0))
         trials.append({"state": t.state.name, "params": t.params, "value": t.value, "tokens": needed,
                        "items": a.get("n_items", 0)})  # fmt: skip
     return {"spec": spec, "trials": trials}
+
+
+def ran(study: Any) -> list[Any]:
+    """The study's trials in order, less those that failed (or were killed) and were then re-run: the re-run, which
+    names the trial in its ``retry_of`` attribute, counts their tokens again, cached or not."""
+    retried = {t.user_attrs.get("retry_of") for t in study.trials}
+    return [
+        t for t in sorted(study.trials, key=lambda t: t.number) if not (t.state.name == "FAIL" and t.number in retried)
+    ]
 
 
 def summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
