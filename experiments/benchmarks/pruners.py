@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.config is None and not args.scripted:
         p.error("give --config (a sweep config) or --scripted")
 
+    from dspy_for.cli_common import show_progress
+
+    show_progress("dspy_for.sweep")  # a line per chunk and per trial, as `dspy-for sweep` prints: runs take hours
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="dspy-for-pruners-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     # shared by the pruners' sweeps; an existing cache (--cache-dir) changes the time taken, not the table
