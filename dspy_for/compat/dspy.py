@@ -8,6 +8,9 @@
   ``_prepare_cached_response`` (which clears ``usage`` on a hit) also stamps the original call's usage
   on the returned copy, read back with :func:`original_usage`. So a cache hit can report what the
   original call cost.
+- :func:`call_once` / :func:`acall_once`: one attempt of an LM call without DSPy's callbacks (the body that
+  ``with_callbacks`` keeps as ``__wrapped__``), so :mod:`dspy_for.lm.transport` can retry inside one recorded call.
+- :func:`is_openai_reasoning_model`: DSPy's rule for the models that take only temperature 1.
 - :func:`find_history_entry`: the history entry DSPy's ``finalize`` appended to ``lm.history`` for one
   call, found by the identity of the outputs the call returned (entry keys ``outputs``/``response``/``usage``).
 
@@ -17,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,9 +38,12 @@ __all__ = [
     "SUPPORTED_DSPY",
     "UnsupportedDSPyError",
     "UsageKeepingCache",
+    "acall_once",
+    "call_once",
     "call_with_messages",
     "check_supported",
     "find_history_entry",
+    "is_openai_reasoning_model",
     "original_usage",
     "relayed_message_call",
 ]
@@ -81,6 +88,13 @@ def _plain_usage(usage: Any) -> dict[str, Any] | None:
         val = usage.get(key) if isinstance(usage, Mapping) else getattr(usage, key, None)
         if isinstance(val, int | float) and not isinstance(val, bool):
             out[key] = int(val)
+    details = usage.get("completion_tokens_details") if isinstance(usage, Mapping) else None
+    details = details if details is not None else getattr(usage, "completion_tokens_details", None)
+    reasoning = (
+        details.get("reasoning_tokens") if isinstance(details, Mapping) else getattr(details, "reasoning_tokens", None)
+    )
+    if out and isinstance(reasoning, int) and not isinstance(reasoning, bool) and reasoning:
+        out["reasoning_tokens"] = reasoning
     return out or None
 
 
@@ -145,9 +159,45 @@ def check_supported() -> None:
             missing.append(f"dspy.{name}")
     if not hasattr(getattr(dspy, "BaseLM", None), "update_history"):
         missing.append("dspy.BaseLM.update_history")
+    if _UNDECORATED_CALL is None or _UNDECORATED_ACALL is None:
+        missing.append("dspy.BaseLM.__call__.__wrapped__ (DSPy's with_callbacks)")
     if missing:
         version = getattr(dspy, "__version__", "unknown")
         raise UnsupportedDSPyError(
             f"dspy-for supports DSPy {SUPPORTED_DSPY}, but the installed DSPy {version} lacks "
             f"{', '.join(f'`{m}`' for m in missing)}. Install a supported version: pip install 'dspy{SUPPORTED_DSPY}'."
         )
+
+
+# ------------------------------------------------------------------------------------- one attempt of a call
+
+
+def call_once(lm: Any, prompt: Any, messages: Any, kwargs: dict[str, Any]) -> Any:
+    """One attempt of ``lm(prompt, messages=messages, **kwargs)`` without DSPy's callbacks: the body of
+    ``dspy.BaseLM.__call__`` (``with_callbacks`` keeps it as ``__wrapped__``). A transport that retries a call
+    runs each attempt through this, inside one callback-wrapped call, so a retried call is recorded once."""
+    return _UNDECORATED_CALL(lm, prompt, messages=messages, **kwargs)
+
+
+async def acall_once(lm: Any, prompt: Any, messages: Any, kwargs: dict[str, Any]) -> Any:
+    """The async :func:`call_once` (the body of ``dspy.BaseLM.acall``)."""
+    return await _UNDECORATED_ACALL(lm, prompt, messages=messages, **kwargs)
+
+
+_UNDECORATED_CALL: Any = getattr(dspy.BaseLM.__call__, "__wrapped__", None)
+_UNDECORATED_ACALL: Any = getattr(dspy.BaseLM.acall, "__wrapped__", None)
+
+
+def is_openai_reasoning_model(model: str) -> bool:
+    """Whether DSPy treats ``model`` as an OpenAI reasoning model (o1/o3/o4/o5 families, every gpt-5 but -chat):
+    temperature 1.0 or None and a completion budget of at least 16,000 tokens."""
+    from dspy.clients import lm as dspy_lm
+
+    check = getattr(dspy_lm, "_is_openai_reasoning_model", None)
+    if callable(check):
+        return bool(check(model))
+    family = model.split("/")[-1].lower()  # pragma: no cover - the rule as DSPy 3.4.1 writes it
+    return re.match(_REASONING_FAMILY, family) is not None
+
+
+_REASONING_FAMILY = r"^(?:o[1345](?:-(?:mini|nano|pro))?(?:-\d{4}-\d{2}-\d{2})?|gpt-5(?:\.\d+)*(?!-chat)(?:-.*)?)$"

@@ -7,9 +7,16 @@
   ``max_tokens`` (the ``openai/`` route sends ``max_completion_tokens``, which the llama.cpp server
   ignores). The alias carries the model file's SHA-256 prefix, so cache entries never mix models.
 * Temperature 0 and the DSPy cache are the defaults; the cache lives in ``$DSPY_FOR_CACHE_DIR``.
-* Requests have a finite default ``timeout`` (:data:`DEFAULT_TIMEOUT` seconds remote,
-  :data:`DEFAULT_LOCAL_TIMEOUT` local; ``timeout=None`` leaves litellm's default) and ``num_retries``
-  (:data:`DEFAULT_NUM_RETRIES` remote, 1 local).
+* Reasoning and thinking models (:func:`is_reasoning_model`: OpenAI's gpt-5*, o1/o3/o4* as DSPy decides; Anthropic
+  models given ``thinking`` or ``reasoning_effort``) run at temperature 1, the only one their providers take, with
+  a completion budget of :data:`REASONING_MAX_TOKENS` unless one is given (:func:`lm_defaults`); provider options
+  such as ``reasoning_effort`` pass through, and their reasoning tokens are counted apart in usage.
+* Requests travel through :mod:`dspy_for.lm.transport`: a finite default ``timeout`` (:data:`DEFAULT_TIMEOUT`
+  seconds remote, :data:`DEFAULT_LOCAL_TIMEOUT` local; ``timeout=None`` leaves litellm's default), one adaptive
+  concurrency limit per endpoint (``max_connections`` caps it), rate limits retried until ``max_retry_wait``
+  seconds and other transient faults ``num_retries`` times (:data:`DEFAULT_NUM_RETRIES` remote, 1 local).
+* ``price = {input, output}`` (USD per million tokens) prices an LM that litellm's cost map does not
+  (:mod:`dspy_for.lm.pricing`).
 * :func:`check_lm_spec` and :func:`check_lm_options` validate a spec and its options without starting
   anything, so configs fail before a run starts.
 * ``prompt_cache=True`` (``local/`` specs only, off by default) uses the model's prompt-caching server
@@ -27,29 +34,45 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import Any
 from urllib.parse import urlparse
 
 import dspy
 import platformdirs
+from dspy.utils.callback import with_callbacks
 
-from dspy_for.compat.dspy import UsageKeepingCache, check_supported
+from dspy_for.compat.dspy import (
+    UsageKeepingCache,
+    acall_once,
+    call_once,
+    check_supported,
+    is_openai_reasoning_model,
+)
 from dspy_for.errors import ConfigError, ModelNotFoundError, ServerError
 from dspy_for.lm import server as local_server  # the module, so a patched `server.ensure_server` is used
+from dspy_for.lm import transport
+from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
 from dspy_for.lm.registry import get_model, list_models
 
 __all__ = [
     "DEFAULT_LOCAL_TIMEOUT",
+    "DEFAULT_MAX_TOKENS",
     "DEFAULT_NUM_RETRIES",
     "DEFAULT_TIMEOUT",
     "LM",
+    "REASONING_MAX_TOKENS",
+    "TRANSPORT_OPTIONS",
     "LocalLM",
     "check_lm_options",
     "check_lm_spec",
     "configure_cache",
     "describe_lm",
+    "is_reasoning_model",
+    "lm_defaults",
     "make_lm",
     "resolve_lm",
+    "with_transport",
 ]
 
 CACHE_DIR_ENV = "DSPY_FOR_CACHE_DIR"
@@ -60,8 +83,14 @@ _LOCAL_PREFIX = "local/"
 DEFAULT_TIMEOUT = 120.0
 #: default request timeout for the local llama.cpp server (CPU generation of queued requests is slow)
 DEFAULT_LOCAL_TIMEOUT = 600.0
-#: default retries of a failed request for remote LMs (local servers keep 1: a dead server is revived)
+#: default retries of a transient fault for remote LMs (local servers keep 1: a dead server is revived); rate
+#: limits are retried until ``max_retry_wait`` (:data:`dspy_for.lm.transport.DEFAULT_MAX_RETRY_WAIT`)
 DEFAULT_NUM_RETRIES = 2
+#: the completion budget a run gives an LM when it sets none (``max_tokens`` in a config)
+DEFAULT_MAX_TOKENS = 1024
+#: the completion budget of a reasoning or thinking model when none is set: reasoning tokens count against it, and
+#: DSPy refuses less for OpenAI's reasoning models
+REASONING_MAX_TOKENS = 16_000
 
 _KEY_FIX = (
     "keys come from the environment only: set OPENAI_API_KEY (or the provider's variable, e.g. "
@@ -69,7 +98,11 @@ _KEY_FIX = (
 )
 
 
-_TRANSPORT_KEYS = ("timeout", "num_retries")
+#: LM options that change how a request travels or is priced, never what it returns: not part of any result key
+#: or cache key
+TRANSPORT_OPTIONS = ("timeout", "num_retries", "max_retry_wait", "max_connections", "price")
+#: options dspy-for's LMs take themselves (never sent to the provider)
+_OWN_OPTIONS = ("max_retry_wait", "max_connections", "price")
 
 
 class _NamespacedCache(UsageKeepingCache):
@@ -81,7 +114,7 @@ class _NamespacedCache(UsageKeepingCache):
     def cache_key(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> str:
         # how a request travels (timeout, retries) never changes its answer: not part of the key, so a new
         # default timeout does not turn every cached answer into a miss
-        request = {k: v for k, v in request.items() if k not in _TRANSPORT_KEYS}
+        request = {k: v for k, v in request.items() if k not in TRANSPORT_OPTIONS}
         namespace = dspy.settings.get(_CACHE_NS_KEY)
         if namespace:
             request = {**request, "_dspy_for_endpoint": namespace}
@@ -165,9 +198,10 @@ def _is_secret_key(key: str) -> bool:
 def check_lm_options(options: Mapping[str, Any]) -> None:
     """Validate LM options (as given to :func:`make_lm`) without building anything.
 
-    Type-checks the known options (``timeout``, ``num_retries``, ``api_base``, ``temperature``,
-    ``max_tokens``, ``prompt_cache``) and refuses any secret-looking key (``api_key``, ``*token*``, ``*secret*``,
-    ``*password*``): keys come from the environment only. Other litellm options pass through.
+    Type-checks the known options (``timeout``, ``num_retries``, ``max_retry_wait``, ``max_connections``,
+    ``price``, ``api_base``, ``temperature``, ``max_tokens``, ``prompt_cache``) and refuses any secret-looking key
+    (``api_key``, ``*token*``, ``*secret*``, ``*password*``): keys come from the environment only. Other litellm
+    options pass through.
     """
     if options is None:
         return
@@ -203,6 +237,22 @@ def check_lm_options(options: Mapping[str, Any]) -> None:
             f"`prompt_cache` must be true or false (the local server's prompt cache), got "
             f"{options['prompt_cache']!r}. Set e.g. --lm-option prompt_cache=true."
         )
+    if "max_retry_wait" in options:
+        w = options["max_retry_wait"]
+        if not _is_number(w) or w < 0:
+            raise ConfigError(
+                f"`max_retry_wait` must be a number of seconds >= 0 (the longest one call waits in all between "
+                f"retries; 0: no retries), got {w!r}. Set e.g. max_retry_wait=300."
+            )
+    if "max_connections" in options:
+        c = options["max_connections"]
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ConfigError(
+                f"`max_connections` must be a positive integer (requests in flight to one endpoint), got {c!r}. "
+                "Set e.g. max_connections=8."
+            )
+    if options.get("price") is not None:
+        parse_price(options["price"])
     if "max_tokens" in options:
         m = options["max_tokens"]
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= 0):
@@ -217,26 +267,81 @@ def _is_number(x: Any) -> bool:
 
 
 class LM(dspy.LM):
-    """A ``dspy.LM`` that keeps cache entries of different endpoints apart.
+    """A ``dspy.LM`` whose requests travel through :mod:`dspy_for.lm.transport` and whose cache entries of different
+    endpoints stay apart.
 
-    Usage is recorded by :func:`dspy_for.lm.usage.track_usage` for any LM; this class adds nothing to it.
+    Every call waits for a slot of its endpoint's shared, adaptive concurrency limit (``max_connections`` caps it)
+    and is retried there: rate limits until ``max_retry_wait`` seconds of waiting, other transient faults
+    ``num_retries`` times (DSPy's own retry loop is off: ``self.num_retries`` is 0 and ``retry_policy`` holds the
+    setting). A given ``price`` (:class:`~dspy_for.lm.pricing.Price`) prices its calls. Usage is recorded by
+    :func:`dspy_for.lm.usage.track_usage` for any LM; this class adds nothing to it.
     """
 
-    def __init__(self, model: str, *, cache_namespace: str | None = None, **kwargs: Any) -> None:
-        super().__init__(model, **kwargs)
+    def __init__(
+        self,
+        model: str,
+        *,
+        cache_namespace: str | None = None,
+        num_retries: int = DEFAULT_NUM_RETRIES,
+        max_retry_wait: float = transport.DEFAULT_MAX_RETRY_WAIT,
+        max_connections: int | None = None,
+        price: Price | Mapping[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, num_retries=0, **kwargs)
         self.cache_namespace = cache_namespace
+        self._set_transport(num_retries, max_retry_wait, max_connections)
+        if price is not None:
+            setattr(self, PRICE_ATTR, parse_price(price))
 
+    def _set_transport(self, num_retries: int, max_retry_wait: float, max_connections: int | None) -> None:
+        self.retry_policy = transport.RetryPolicy(num_retries=num_retries, max_retry_wait=max_retry_wait)
+        self.max_connections = max_connections
+        self.endpoint = transport.endpoint(self.model, self.kwargs.get("api_base"), max_connections)
+        self.num_retries = 0  # the transport retries; DSPy retrying inside each attempt would multiply the waits
+
+    @with_callbacks
     def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        if self.cache_namespace:
-            with dspy.context(**{_CACHE_NS_KEY: self.cache_namespace}):
-                return super().__call__(prompt, messages=messages, **kwargs)
-        return super().__call__(prompt, messages=messages, **kwargs)
+        with self._namespace():
+            return self.retry_policy.send(self.endpoint, lambda: call_once(self, prompt, messages, dict(kwargs)))
 
+    @with_callbacks
     async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        if self.cache_namespace:
-            with dspy.context(**{_CACHE_NS_KEY: self.cache_namespace}):
-                return await super().acall(prompt, messages=messages, **kwargs)
-        return await super().acall(prompt, messages=messages, **kwargs)
+        with self._namespace():
+            return await self.retry_policy.asend(
+                self.endpoint, lambda: acall_once(self, prompt, messages, dict(kwargs))
+            )
+
+    def _namespace(self) -> Any:
+        return dspy.context(**{_CACHE_NS_KEY: self.cache_namespace}) if self.cache_namespace else nullcontext()
+
+    def copy(self, **kwargs: Any) -> LM:
+        policy = self.retry_policy
+        num_retries = kwargs.pop("num_retries", policy.num_retries)
+        max_retry_wait = kwargs.pop("max_retry_wait", policy.max_retry_wait)
+        max_connections = kwargs.pop("max_connections", self.max_connections)
+        new: LM = super().copy(**kwargs)
+        new._set_transport(num_retries, max_retry_wait, max_connections)
+        return new
+
+    def dump_state(self) -> dict[str, Any]:
+        return {**super().dump_state(), "num_retries": self.retry_policy.num_retries}
+
+
+def with_transport(lm: dspy.BaseLM) -> dspy.BaseLM:
+    """``lm`` as a run uses it: a plain ``dspy.LM`` becomes a copy whose calls travel through
+    :mod:`dspy_for.lm.transport` (its endpoint's shared limit and retries; its own ``num_retries`` kept for the
+    transient faults), sharing the original's history. dspy-for's own LMs and LMs of other classes (which own
+    their transport) are returned as they are."""
+    if type(lm) is not dspy.LM:
+        return lm
+    new = lm.copy()
+    new.__class__ = LM
+    adopted: LM = new  # type: ignore[assignment]
+    adopted.history = lm.history
+    adopted.cache_namespace = None  # a plain LM's cache entries are DSPy's own: replayed as they are
+    adopted._set_transport(lm.num_retries, transport.DEFAULT_MAX_RETRY_WAIT, None)
+    return adopted
 
 
 class LocalLM(LM):
@@ -265,6 +370,8 @@ class LocalLM(LM):
         super().__init__(
             f"hosted_vllm/{self.server.alias}", api_base=self.server.base_url, api_key="local-no-key", **kwargs
         )
+        if getattr(self, PRICE_ATTR, None) is None:
+            setattr(self, PRICE_ATTR, LOCAL_PRICE)  # a local model costs $0 (its wall time is reported beside)
 
     def _revive(self) -> bool:
         if local_server._alive(self.server.pid):
@@ -336,11 +443,59 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
             "a local model (see `dspy-for models list`)."
         )
     configure_cache()
-    options.setdefault("temperature", 0.0)
+    options.update(lm_defaults(spec, options, max_tokens=False))
+    if is_reasoning_model(spec, options):
+        options.setdefault("max_tokens", REASONING_MAX_TOKENS)
     options.setdefault("num_retries", DEFAULT_NUM_RETRIES)
     _set_timeout(options, DEFAULT_TIMEOUT)
     namespace = options.get("api_base")
     return LM(spec, cache_namespace=namespace, **options)
+
+
+#: options that turn on a provider's extended thinking (Anthropic's then takes only temperature 1)
+_THINKING_OPTIONS = ("thinking", "reasoning_effort")
+
+
+def is_reasoning_model(spec: str, options: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``spec`` (with ``options``) is a reasoning or thinking model: an OpenAI reasoning model (gpt-5*,
+    o1/o3/o4*, as DSPy decides), or an Anthropic model asked to think (``thinking`` or ``reasoning_effort``)."""
+    if spec.startswith(_LOCAL_PREFIX):
+        return False
+    if is_openai_reasoning_model(spec):
+        return True
+    thinking = any((options or {}).get(k) not in (None, False, "none", "disable") for k in _THINKING_OPTIONS)
+    return spec.split("/", 1)[0] in ("anthropic", "bedrock", "vertex_ai") and "claude" in spec and thinking
+
+
+def lm_defaults(spec: str, options: Mapping[str, Any], *, max_tokens: bool = True) -> dict[str, Any]:
+    """The sampling settings an LM built from ``spec`` and ``options`` runs with when they do not set them:
+    ``temperature`` 0, or 1 for a reasoning model (the only one its provider takes; another given one is a
+    :class:`ConfigError`), and (``max_tokens=True``) the completion budget :data:`DEFAULT_MAX_TOKENS`, or
+    :data:`REASONING_MAX_TOKENS` for a reasoning model (less given is a :class:`ConfigError`)."""
+    out: dict[str, Any] = {}
+    if not is_reasoning_model(spec, options):
+        out["temperature"] = options.get("temperature", 0.0)
+        if max_tokens:
+            out["max_tokens"] = options.get("max_tokens") or DEFAULT_MAX_TOKENS
+        return out
+    temperature = options.get("temperature")
+    if temperature is not None and temperature != 1:
+        raise ConfigError(
+            f"`{spec}` is a reasoning model: its provider accepts only temperature 1, got temperature={temperature!r}. "
+            "Drop `temperature` (dspy-for then sends 1) or set temperature=1; sampling differs between runs, so "
+            "compare such models over repeated items."
+        )
+    out["temperature"] = 1.0
+    budget = options.get("max_tokens")
+    if budget is not None and budget < REASONING_MAX_TOKENS:
+        raise ConfigError(
+            f"`{spec}` is a reasoning model: its reasoning tokens count against `max_tokens`, which must be at least "
+            f"{REASONING_MAX_TOKENS:,} (DSPy's floor for OpenAI's reasoning models), got {budget}. Drop `max_tokens` "
+            f"(the default is {REASONING_MAX_TOKENS:,}) or set max_tokens={REASONING_MAX_TOKENS}."
+        )
+    if max_tokens:
+        out["max_tokens"] = budget or REASONING_MAX_TOKENS
+    return out
 
 
 def _set_timeout(options: dict[str, Any], default: float) -> None:
@@ -368,9 +523,11 @@ def describe_lm(lm: dspy.BaseLM | str | None) -> dict[str, Any]:
         return {"model": lm}
     kwargs = getattr(lm, "kwargs", {}) or {}
     out: dict[str, Any] = {"model": getattr(lm, "model", type(lm).__name__)}
-    for key in ("temperature", "max_tokens"):
+    for key in ("temperature", "max_tokens", "reasoning_effort"):
         if kwargs.get(key) is not None:
             out[key] = kwargs[key]
+    if kwargs.get("max_completion_tokens") is not None:  # DSPy's name for a reasoning model's budget
+        out["max_tokens"] = kwargs["max_completion_tokens"]
     if kwargs.get("api_base"):
         parsed = urlparse(str(kwargs["api_base"]))
         out["api_host"] = parsed.hostname or ""

@@ -23,6 +23,7 @@ import dspy
 from dspy.utils.callback import BaseCallback
 
 from dspy_for.compat.dspy import find_history_entry, original_usage
+from dspy_for.lm.pricing import call_cost
 from dspy_for.lm.roles import current_role
 from dspy_for.lm.usage_records import CONTENT_WINDOW, CallContent, CallRecord, Usage, UsageWarning
 
@@ -144,6 +145,17 @@ def _tokens(usage: Any) -> tuple[int, int]:
     return int(p), int(c)
 
 
+def _reasoning_tokens(usage: Any) -> int:
+    """Reasoning tokens in a usage report: OpenAI's ``completion_tokens_details.reasoning_tokens`` or a flat
+    ``reasoning_tokens`` (DSPy's native responses); 0 when the LM reports none."""
+    if not usage:
+        return 0
+    value = _get(usage, "reasoning_tokens")
+    if value is None:
+        value = _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
 def _first_response(entry: Mapping[str, Any] | None) -> Any:
     if not entry:
         return None
@@ -190,6 +202,7 @@ def _call_record(
         sources = ((entry or {}).get("usage"), billed, _get(response, "usage"))
     reported = next((s for s in sources if _has_tokens(s)), None)
     prompt_tokens, completion_tokens = _tokens(reported)
+    reasoning = next((r for r in map(_reasoning_tokens, sources) if r), 0)
     finish = finish_reason_of(response)
     missing: list[str] = []
     if ok and not cache_hit:
@@ -209,6 +222,8 @@ def _call_record(
         error=None if exception is None else type(exception).__name__,
         started_at=pending.started_at,
         ended_at=ended_at,
+        reasoning_tokens=reasoning,
+        cost=call_cost(lm, entry, prompt_tokens, completion_tokens) if ok else None,
         content=CallContent(
             sent=pending.sent,
             returned=outputs if ok else None,

@@ -21,7 +21,14 @@ CONTENT_WINDOW = 1000
 
 @dataclass
 class RoleUsage:
-    """Counters for one role (or the total)."""
+    """Counters for one role (or the total).
+
+    Reasoning tokens are completion tokens a reasoning model spent before its visible answer: counted in
+    ``completion_tokens`` (they are billed as such) and apart in ``reasoning_tokens``. Cost: ``cost_usd`` of the
+    calls that were not cache hits, ``cached_cost_usd`` what the replayed calls cost when they were made;
+    ``priced_calls`` counts the calls whose cost is known (a failed call counts, at $0), so a cost is reported only
+    when every call is priced (:attr:`served_cost_usd`), never as $0 for an LM nobody priced.
+    """
 
     calls: int = 0
     cached_calls: int = 0
@@ -30,6 +37,11 @@ class RoleUsage:
     cached_prompt_tokens: int = 0
     cached_completion_tokens: int = 0
     wall_time: float = 0.0
+    reasoning_tokens: int = 0
+    cached_reasoning_tokens: int = 0
+    priced_calls: int = 0
+    cost_usd: float = 0.0
+    cached_cost_usd: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -45,6 +57,21 @@ class RoleUsage:
     def served_tokens(self) -> int:
         """All tokens the role saw: spent plus served from cache (what a cold run would cost)."""
         return self.tokens + self.cached_tokens
+
+    @property
+    def priced(self) -> bool:
+        """Every call has a known cost (and there was at least one)."""
+        return self.calls > 0 and self.priced_calls == self.calls
+
+    @property
+    def spent_usd(self) -> float | None:
+        """USD spent now (cache hits cost nothing); None when a call is not priced."""
+        return self.cost_usd if self.priced else None
+
+    @property
+    def served_cost_usd(self) -> float | None:
+        """USD a cold run costs (spent plus what the replayed calls cost); None when a call is not priced."""
+        return self.cost_usd + self.cached_cost_usd if self.priced else None
 
     def add(self, other: RoleUsage) -> None:
         for f in fields(self):
@@ -89,6 +116,8 @@ class CallRecord:
     started_at: float | None = None
     ended_at: float | None = None
     content: CallContent | None = field(default=None, compare=False, repr=False)
+    reasoning_tokens: int = 0  # of the completion tokens, those spent reasoning (reasoning models)
+    cost: float | None = None  # USD (a cache hit: what the original call cost); None: not priced
 
     def without_content(self) -> CallRecord:
         return self if self.content is None else replace(self, content=None)
@@ -113,13 +142,19 @@ class Usage:
             r = self.roles.setdefault(call.role, RoleUsage())
             r.calls += 1
             r.wall_time += call.wall_time
+            if call.cost is not None or not call.ok:
+                r.priced_calls += 1
             if call.cache_hit:
                 r.cached_calls += 1
                 r.cached_prompt_tokens += call.prompt_tokens
                 r.cached_completion_tokens += call.completion_tokens
+                r.cached_reasoning_tokens += call.reasoning_tokens
+                r.cached_cost_usd += call.cost or 0.0
             else:
                 r.prompt_tokens += call.prompt_tokens
                 r.completion_tokens += call.completion_tokens
+                r.reasoning_tokens += call.reasoning_tokens
+                r.cost_usd += call.cost or 0.0
             self.calls.append(call)
             self._drop_old_content(1)
 
