@@ -13,11 +13,22 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from dspy_for.datasets import data_hash
-from dspy_for.experiments.core import Evaluation, MethodResult, PreparedRun, ResultStore, prepare_run, with_options
+from dspy_for.experiments.core import (
+    Evaluation,
+    Feed,
+    MethodResult,
+    PreparedRun,
+    ResultStore,
+    SpendLimit,
+    feed_together,
+    prepare_run,
+    with_options,
+)
 from dspy_for.experiments.core.records import ComparisonResult
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.reports import table as report
@@ -51,24 +62,20 @@ def compare(
     tags = {"dspy_for.kind": "comparison", "dspy_for.fingerprint": spec.fingerprint()}
     parent = out.run_id = store.start_run(f"compare-{spec.experiment}", spec.experiment, tags=tags)
     status = "FAILED"
+    limit = out.spend = SpendLimit(spec.max_cost)
     try:
         with interruptible():
             spec_params = {**spec.to_dict(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
             store.log_params(parent, {"spec": spec_params, **store.environment_params()})
             for d in spec.datasets:
                 out.results[d.name], out.errors[d.name] = {}, {}
-                if spec.sequential:
-                    _run_sequential(spec, d, parent, run_dir, items_dir, out)
-                    continue
-                examples = None
-                for m in _ordered(spec):
-                    if spec.match_budget and m.name in _SIZED:
-                        m = with_options(m, _matched_budget(spec, out.results[d.name], m))
-                    res, err, examples = _run_one(spec, d, m, examples, parent, run_dir, items_dir)
-                    if res is not None:
-                        out.results[d.name][m.label] = res
-                    if err:
-                        out.errors[d.name][m.label] = err
+            if spec.sequential:
+                for d in spec.datasets:
+                    _run_sequential(spec, d, parent, run_dir, items_dir, out, limit)
+            else:
+                examples: dict[str, Any] = {}
+                for phase in _phases(spec):
+                    _run_together(spec, phase, examples, parent, run_dir, items_dir, out, limit)
             _report(out, parent, run_dir)
         status = "FINISHED"
     except KeyboardInterrupt:
@@ -93,12 +100,13 @@ def _report(out: ComparisonResult, parent: str, run_dir: Path) -> None:
         store.set_tags(parent, {"dspy_for.failed_items": str(out.n_failed)})
 
 
-def _ordered(spec: ExperimentSpec) -> list[MethodConfig]:
-    """FOR first when budgets are matched (the others are sized from its cost), else config order."""
+def _phases(spec: ExperimentSpec) -> list[list[MethodConfig]]:
+    """The methods in the order they can run: all at once, or, when budgets are matched, the sized methods after
+    the others (they are sized from FOR's and CoT's measured cost)."""
     if not spec.match_budget:
-        return list(spec.methods)
-    key = {"for": 0, "cot": 1}
-    return sorted(spec.methods, key=lambda m: key.get(m.name, 2))
+        return [list(spec.methods)]
+    first = [m for m in spec.methods if m.name not in _SIZED]
+    return [first, [m for m in spec.methods if m.name in _SIZED]]
 
 
 _SIZED = ("self_consistency", "defender_sc", "refine")  # the methods `match_budget` sizes
@@ -122,7 +130,13 @@ def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: Meth
 
 
 def _run_sequential(
-    spec: ExperimentSpec, d: DatasetConfig, parent: str, run_dir: Path, items_dir: Path, out: ComparisonResult
+    spec: ExperimentSpec,
+    d: DatasetConfig,
+    parent: str,
+    run_dir: Path,
+    items_dir: Path,
+    out: ComparisonResult,
+    limit: SpendLimit,
 ) -> None:
     """Every method of ``spec`` on dataset ``d`` at once, sequentially (:mod:`dspy_for.experiments.sequential`)."""
     runs: dict[str, PreparedRun] = {}
@@ -142,7 +156,7 @@ def _run_sequential(
     status = "FAILED"
     results: dict[str, MethodResult] = {}
     try:
-        results, outcomes = run_sequential(spec, runs, children, items_dir)
+        results, outcomes = run_sequential(spec, runs, children, items_dir, limit)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -176,25 +190,53 @@ def prepare_tracked(
     return run, child, None
 
 
-def _run_one(
-    spec: ExperimentSpec, d: Any, m: MethodConfig, examples: Any, parent: str, run_dir: Path, items_dir: Path
-) -> tuple[MethodResult | None, str | None, Any]:
-    """One method on one dataset as a nested MLflow run; returns (result, error, the dataset's examples)."""
-    run, child, err = prepare_tracked(spec, d, m, examples, parent, run_dir, items_dir)
-    if run is None or child is None:
-        return None, err, examples
-    results = ResultStore.in_dir(items_dir, d.name, d.split, m.label, run.key)
-    with results.exclusive():
-        ev = Evaluation(run, store=results, sinks=[MlflowSink(run, child, end_run=False)], origin=child)
-        try:
-            with store.active_run(child, spec.autolog), ev:  # autolog's DSPy traces go to the active run
-                ev.feed(run.examples)
-        finally:
-            store.end_run(child, ev.status or "FAILED")
-    res = ev.result
-    for error, count in res.error_counts().most_common():
-        logger.error("%s on %s: %d item(s) failed: %s", m.label, d.name, count, error)
-    return res, None, run.examples
+def _run_together(
+    spec: ExperimentSpec,
+    methods: list[MethodConfig],
+    examples: dict[str, Any],
+    parent: str,
+    run_dir: Path,
+    items_dir: Path,
+    out: ComparisonResult,
+    limit: SpendLimit,
+) -> None:
+    """``methods`` on every dataset, side by side on one pool of ``num_threads`` workers (each method × dataset a
+    nested MLflow run streaming its items); ``examples`` keeps each dataset's items once loaded. With ``autolog``
+    they run one after another, since mlflow.dspy.autolog traces into the one active run."""
+    runs: list[tuple[PreparedRun, str]] = []
+    for d in spec.datasets:
+        for m in methods:
+            if spec.match_budget and m.name in _SIZED:
+                m = with_options(m, _matched_budget(spec, out.results[d.name], m))
+            run, child, err = prepare_tracked(spec, d, m, examples.get(d.name), parent, run_dir, items_dir)
+            if err:
+                out.errors[d.name][m.label] = err
+            elif run is not None and child is not None:
+                runs.append((run, child))
+                examples[d.name] = run.examples
+    groups = [[r] for r in runs] if spec.autolog else [runs]
+    for group in groups:
+        with ExitStack() as stack:
+            feeds = []
+            for run, child in group:
+                results = ResultStore.in_dir(items_dir, run.dataset.name, run.dataset.split, run.method.label, run.key)
+                stack.enter_context(results.exclusive())
+                ev = Evaluation(run, store=results, sinks=[MlflowSink(run, child, end_run=False)], origin=child)
+                stack.callback(_end_child, ev, child)
+                stack.enter_context(ev)
+                feeds.append(Feed(ev, run.examples))
+            if spec.autolog:
+                stack.enter_context(store.active_run(group[0][1], True))  # autolog's DSPy traces go to the active run
+            feed_together(feeds, threads=spec.num_threads, limit=limit)
+        for feed in feeds:
+            res, run = feed.evaluation.result, feed.evaluation.run
+            out.results[run.dataset.name][run.method.label] = res
+            for error, count in res.error_counts().most_common():
+                logger.error("%s on %s: %d item(s) failed: %s", run.method.label, run.dataset.name, count, error)
+
+
+def _end_child(ev: Evaluation, child: str) -> None:
+    store.end_run(child, ev.status or "FAILED")
 
 
 def _log_run(run: PreparedRun, run_id: str, run_dir: Path) -> None:

@@ -25,7 +25,15 @@ from typing import Any
 import dspy
 
 from dspy_for.datasets import content_key
-from dspy_for.experiments.core import Evaluation, MethodResult, PreparedRun, ResultStore
+from dspy_for.experiments.core import (
+    Evaluation,
+    Feed,
+    MethodResult,
+    PreparedRun,
+    ResultStore,
+    SpendLimit,
+    feed_together,
+)
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.sink import MlflowSink
@@ -69,10 +77,15 @@ def paired_sequence(a: MethodResult, b: MethodResult, order: Sequence[dspy.Examp
 
 
 def run_sequential(
-    spec: ExperimentSpec, runs: dict[str, PreparedRun], child_runs: dict[str, str], items_dir: Path
+    spec: ExperimentSpec,
+    runs: dict[str, PreparedRun],
+    child_runs: dict[str, str],
+    items_dir: Path,
+    limit: SpendLimit | None = None,
 ) -> tuple[dict[str, MethodResult], list[PairOutcome]]:
     """Run ``runs`` (by label; the baseline among them) sequentially on one dataset (see the module docstring).
-    ``child_runs``: each method's MLflow run, which streams its items and is ended by the caller."""
+    ``child_runs``: each method's MLflow run, which streams its items and is ended by the caller. Each batch runs
+    its methods side by side on the run's threads; ``limit`` (``max_cost``) stops starting items once reached."""
     baseline = spec.baseline or next(iter(runs))
     base_run = runs[baseline]
     order = seeded_order(base_run.examples, spec.seed)[: spec.max_items or None]
@@ -93,8 +106,8 @@ def run_sequential(
             )
         for start in range(0, len(order), spec.batch_size):
             batch = order[start : start + spec.batch_size]
-            for label in [baseline, *sorted(open_)]:
-                evaluations[label].feed(batch)
+            feeds = [Feed(evaluations[label], batch) for label in [baseline, *sorted(open_)]]
+            feed_together(feeds, threads=spec.num_threads, limit=limit)
             seen = order[: start + len(batch)]
             for label in sorted(open_):
                 pairs = paired_sequence(evaluations[label].result, evaluations[baseline].result, seen)
@@ -103,6 +116,9 @@ def run_sequential(
                 if tests[label].result.resolved:
                     open_.discard(label)
             if not open_ or _spent(evaluations) >= (spec.max_total_tokens or float("inf")):
+                break
+            if limit is not None and limit.reached:
+                limit.not_started += sum(len(order) - start - len(batch) for _ in [baseline, *open_])
                 break
         results_by_label = {label: ev.result for label, ev in evaluations.items()}
     dataset = base_run.dataset.name

@@ -9,8 +9,11 @@ from dspy_for.lm.factory import (
     check_lm_spec,
     configure_cache,
     describe_lm,
+    is_reasoning_model,
+    lm_defaults,
     make_lm,
     resolve_lm,
+    with_transport,
 )
 from dspy_for.lm.usage import CallRecord, Usage, current_role, role, track_usage
 
@@ -24,8 +27,11 @@ __all__ = [
     "configure_cache",
     "current_role",
     "describe_lm",
+    "is_reasoning_model",
+    "lm_defaults",
     "make_lm",
     "resolve_lm",
     "role",
     "track_usage",
+    "with_transport",
 ]

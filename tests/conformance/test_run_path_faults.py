@@ -99,7 +99,7 @@ def test_the_cli_prints_each_error_once_and_exits_non_zero(fault_server, tmp_pat
 def test_a_failed_item_is_excluded_counted_and_retried_on_resume(fault_server, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = _spec(tmp_path, plain_lm(fault_server))
-    fault_server.set_fault("503", times=1)
+    fault_server.set_fault("500", times=1)  # a 5xx fault with num_retries=0 (a 503 is a rate limit: retried)
     first = compare(spec).results["gsm8k"]["cot"]
     assert (first.n_failed, first.n_scored) == (1, 2) and first.accuracy in (0.0, 0.5, 1.0)
     assert first.tokens_per_item == pytest.approx(

@@ -88,9 +88,9 @@ def test_missing_llama_cpp_is_a_clear_error(monkeypatch, tmp_path):
 def test_make_lm_has_finite_timeout_and_retries_by_default(tmp_path, monkeypatch):
     monkeypatch.setenv("DSPY_FOR_CACHE_DIR", str(tmp_path / "cache"))
     lm = make_lm("openai/gpt-4.1-mini")
-    assert lm.kwargs["timeout"] == DEFAULT_TIMEOUT == 120 and lm.num_retries == DEFAULT_NUM_RETRIES == 2
+    assert lm.kwargs["timeout"] == DEFAULT_TIMEOUT == 120 and lm.retry_policy.num_retries == DEFAULT_NUM_RETRIES == 2
     custom = make_lm("openai/m", timeout=7.5, num_retries=0, api_base="http://127.0.0.1:9/v1")
-    assert custom.kwargs["timeout"] == 7.5 and custom.num_retries == 0
+    assert custom.kwargs["timeout"] == 7.5 and custom.retry_policy.num_retries == 0 and custom.num_retries == 0
     assert custom.kwargs["api_base"] == "http://127.0.0.1:9/v1" and custom.cache_namespace == "http://127.0.0.1:9/v1"
     assert "timeout" not in make_lm("openai/m", timeout=None).kwargs  # None: litellm's own default
 
@@ -103,7 +103,7 @@ def test_local_lm_defaults(monkeypatch, tmp_path):
     monkeypatch.setattr(server, "ensure_server", lambda *a, **k: fake)
     name = list_models()[0].name
     lm = make_lm(f"local/{name}")
-    assert isinstance(lm, LocalLM) and lm.num_retries == 1 and lm.kwargs["timeout"] == DEFAULT_LOCAL_TIMEOUT
+    assert isinstance(lm, LocalLM) and lm.retry_policy.num_retries == 1 and lm.kwargs["timeout"] == DEFAULT_LOCAL_TIMEOUT
 
 
 def test_check_lm_spec_starts_nothing(monkeypatch):

@@ -31,7 +31,7 @@ from dspy_for.experiments.spec.model import (
 )
 from dspy_for.experiments.spec.model import prompts_fingerprint as prompts_fingerprint
 from dspy_for.judges import RUBRICS, Judge
-from dspy_for.lm import make_lm
+from dspy_for.lm import make_lm, with_transport
 from dspy_for.metrics import metric_for
 
 __all__ = ["PreparedRun", "build_lms", "prepare_program", "prepare_run", "program_run", "role_lm", "with_options"]
@@ -65,15 +65,13 @@ class PreparedRun:
 
 
 def role_lm(spec: RunSpec, lm: LMSpec, role_name: str | None, temperature: float | None = None) -> dspy.BaseLM:
-    """The one place a run builds an LM: ``lm`` (a spec string, or a user's LM object used as is) with the run's
-    ``max_tokens``, cache and the LM options of ``role_name`` (None: the options every role shares)."""
+    """The one place a run builds an LM: ``lm`` (a spec string, or a user's LM object, whose requests then travel
+    through the endpoint's shared limit and retries: :func:`~dspy_for.lm.with_transport`) with the run's
+    ``max_tokens`` (at least :data:`~dspy_for.lm.factory.REASONING_MAX_TOKENS` for a reasoning model), cache and the
+    LM options of ``role_name`` (None: the options every role shares): :meth:`RunSpec.lm_build_options`."""
     if isinstance(lm, dspy.BaseLM):
-        return lm.copy(temperature=temperature) if temperature is not None else lm
-    options = spec.lm_options_for(role_name) if role_name else spec.lm_options
-    opts = {"max_tokens": spec.max_tokens, "cache": spec.cache, **options}
-    if temperature is not None:
-        opts["temperature"] = temperature
-    return make_lm(lm, **opts)
+        return with_transport(lm.copy(temperature=temperature) if temperature is not None else lm)
+    return make_lm(lm, cache=spec.cache, **spec.lm_build_options(lm, role_name, temperature))
 
 
 def build_lms(

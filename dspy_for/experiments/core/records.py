@@ -20,13 +20,16 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspy_for.datasets import content_key
 from dspy_for.experiments.spec.model import ExperimentSpec
 from dspy_for.lm.usage import Usage
 from dspy_for.secrets import redact, redact_obj
 from dspy_for.stats import mean_with_ci
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.core.run import SpendLimit
 
 __all__ = ["ComparisonResult", "ItemResult", "MethodResult"]
 
@@ -200,6 +203,7 @@ class ComparisonResult:
     run_dir: Path | None = None
     plots: list[Path] = field(default_factory=list)
     sequential: list[dict[str, Any]] = field(default_factory=list)  # a sequential comparison's pairs (their rows)
+    spend: SpendLimit | None = None  # what the run spent, against its ``max_cost``
 
     def item_errors(self) -> Counter[str]:
         """Each distinct item error across the comparison (secrets masked) with its count."""
@@ -218,7 +222,14 @@ class ComparisonResult:
         return sum(r.judge_errors for by_label in self.results.values() for r in by_label.values())
 
     @property
+    def stopped_by_cost(self) -> bool:
+        """``max_cost`` was reached: items were left out (a later run resumes them)."""
+        return self.spend is not None and self.spend.reached and self.spend.not_started > 0
+
+    @property
     def ok(self) -> bool:
-        """No failed item, no item the judge's LM failed on, and no method that could not run: every number
-        printed is a measured one."""
-        return self.n_failed == 0 and self.judge_errors == 0 and not any(self.errors.values())
+        """No failed item, no item the judge's LM failed on, no method that could not run and no item left out by
+        ``max_cost``: every number printed is a measured one, over every item asked for."""
+        return (
+            self.n_failed == 0 and self.judge_errors == 0 and not any(self.errors.values()) and not self.stopped_by_cost
+        )

@@ -4,11 +4,13 @@
         ev.feed(run.examples, stop=rule)                           #   FAILED, or KILLED (Ctrl-C, SIGTERM)
     result = ev.result                                             # one MethodResult, in the order fed
 
-Per item: a record already in the results store (matched by content) is reused; otherwise the program runs
-inside its own usage block → record {inputs, gold, prediction, score | error, usage by role, trajectory} →
-the judge → the store → every sink → the stop rule. An item ends scored, unparsed (scored 0) or failed (an
-error, left out of accuracy; see :mod:`~dspy_for.experiments.core.records`); one failing item never stops the
-others. ``feed`` may be called again with more items (a sweep's chunks, a sequential comparison's batches).
+Several evaluations can share one pool of threads (:func:`feed_together`: a comparison's methods run side by
+side) and one :class:`SpendLimit` (``max_cost``). Per item: a record already in the results store (matched by
+content) is reused; otherwise the program runs inside its own usage block → record {inputs, gold, prediction,
+score | error, usage by role, trajectory} → the judge → the store → every sink → the stop rule. An item ends
+scored, unparsed (scored 0) or failed (an error, left out of accuracy; see :mod:`~dspy_for.experiments.core.records`);
+one failing item never stops the others. ``feed`` may be called again with more items (a sweep's chunks, a
+sequential comparison's batches).
 
 The driver is a plain executor, not ``dspy.Evaluate``: Evaluate reports items only through its metric and its
 own progress line (a failed item as a 0), needs an index slipped into the inputs to tell items apart, and
@@ -19,13 +21,12 @@ call whose record streams out as it finishes; metrics stay DSPy metrics (``metri
 from __future__ import annotations
 
 import contextvars
-import itertools
 import json
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
@@ -41,7 +42,7 @@ from dspy_for.experiments.core.store import ResultStore
 from dspy_for.lm.usage import CallRecord, role, track_usage
 from dspy_for.secrets import redact
 
-__all__ = ["Evaluation", "evaluate"]
+__all__ = ["Evaluation", "Feed", "SpendLimit", "evaluate", "feed_together"]
 
 
 def evaluate(
@@ -90,27 +91,28 @@ class Evaluation:
         """Run ``examples`` (those not yet landed in this evaluation) and return their records in order; with
         ``stop``, no item starts once it returns True: what landed stays, items already running on other threads
         finish and land too (their tokens are spent), what did not start is left out."""
+        return feed_together([Feed(self, examples, stop)], threads=self.run.spec.num_threads)[0]
+
+    def _plan(self, examples: Iterable[dspy.Example], stop: StopRule | None) -> _Plan:
+        """Land the stored records of ``examples`` (reused) and return what is left to run."""
         new = list({_key(ex): ex for ex in examples if _key(ex) not in self._items}.values())  # each item once
         fresh = [ex for ex in new if _key(ex) not in self.stored]
         self.progress.expect(len(fresh))
-        with interruptible():
-            stopped = False
-            for ex in new:
-                if _key(ex) in self.stored:
-                    self._order.append(_key(ex))
-                    self._land(self._reused(self.stored[_key(ex)]), (), reused=True)
-                    if stop is not None and stop(self.result):
-                        stopped = True
-                        break
-            if not stopped:
-                self._order.extend(_key(ex) for ex in fresh)
-                halt = threading.Event()
-                for record, calls in self._stream(fresh, halt):
-                    self._land(record, calls, reused=False)
-                    if stop is not None and not halt.is_set() and stop(self.result):
-                        halt.set()
+        plan = _Plan(self, new, fresh, stop)
+        for ex in new:
+            if _key(ex) in self.stored:
+                self._order.append(_key(ex))
+                self._land(self._reused(self.stored[_key(ex)]), (), reused=True)
+                if stop is not None and stop(self.result):
+                    plan.fresh = []
+                    plan.halt.set()
+                    break
+        self._order.extend(_key(ex) for ex in plan.fresh)
+        return plan
+
+    def _finish(self, plan: _Plan) -> list[ItemResult]:
         self._order = [k for k in self._order if k in self._items]  # a stopped feed: what did not run is left out
-        return [self._items[_key(ex)] for ex in new if _key(ex) in self._items]
+        return [self._items[_key(ex)] for ex in plan.new if _key(ex) in self._items]
 
     @property
     def result(self) -> MethodResult:
@@ -144,40 +146,6 @@ class Evaluation:
             self.close("KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED")
 
     # ------------------------------------------------------------------------------------------- items
-
-    def _stream(
-        self, examples: list[dspy.Example], halt: threading.Event
-    ) -> Iterator[tuple[ItemResult, list[CallRecord]]]:
-        """Each item's (record, LM calls) as it finishes: in this thread with one thread (Ctrl-C then stops the
-        LM call at once), else on ``num_threads`` workers, each in a copy of this context (DSPy's settings).
-        Once ``halt`` is set no item starts; items already running are still yielded as they finish."""
-        threads = self.run.spec.num_threads
-        if threads <= 1 or len(examples) <= 1:
-            for ex in examples:
-                if halt.is_set():
-                    return
-                yield self._run_item(ex)
-            return
-        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dspy-for-item")
-        todo = iter(examples)
-        pending: set[Future[tuple[ItemResult, list[CallRecord]]]] = set()
-
-        def start_next() -> None:  # one item per free thread, so none waits in a queue to start after a halt
-            for ex in itertools.islice(todo, 1):
-                pending.add(pool.submit(contextvars.copy_context().run, self._run_item, ex))
-
-        for _ in range(threads):
-            start_next()
-        try:
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    pending.discard(future)
-                    yield future.result()
-                    if not halt.is_set():
-                        start_next()
-        finally:  # interrupted: start nothing more; items already running end in the background
-            pool.shutdown(wait=False, cancel_futures=True)
 
     def _run_item(self, example: dspy.Example) -> tuple[ItemResult, list[CallRecord]]:
         """Run the program on one item and score it; never raises (a failing item must not lose the others)."""
@@ -227,6 +195,124 @@ class Evaluation:
         with critical():
             for sink in self.sinks:
                 sink.add(landed)
+
+
+@dataclass
+class Feed:
+    """Items for one evaluation in :func:`feed_together`: ``examples``, and an optional ``stop`` rule of its own."""
+
+    evaluation: Evaluation
+    examples: Iterable[dspy.Example]
+    stop: StopRule | None = None
+
+
+class SpendLimit:
+    """What a run may spend, in USD (``max_cost``; None: no limit). Every landed record's LM calls that were not
+    cache hits add their cost; once :attr:`reached`, :func:`feed_together` starts no item (those running finish).
+    A call without a price adds nothing and is counted in ``unpriced_calls``."""
+
+    def __init__(self, max_cost: float | None = None) -> None:
+        self.max_cost = max_cost
+        self.spent = 0.0
+        self.unpriced_calls = 0
+        self.not_started = 0  # items left out because the limit was reached
+
+    def add(self, calls: Iterable[CallRecord]) -> None:
+        for call in calls:
+            if call.ok and not call.cache_hit:
+                if call.cost is None:
+                    self.unpriced_calls += 1
+                else:
+                    self.spent += call.cost
+
+    @property
+    def reached(self) -> bool:
+        return self.max_cost is not None and self.spent >= self.max_cost
+
+
+@dataclass
+class _Plan:
+    """One feed in progress: the items it was given (``new``), those left to run, its stop rule and halt flag."""
+
+    evaluation: Evaluation
+    new: list[dspy.Example]
+    fresh: list[dspy.Example]
+    stop: StopRule | None
+    halt: threading.Event = field(default_factory=threading.Event)
+
+    def may_start(self, limit: SpendLimit | None) -> bool:
+        return not self.halt.is_set() and not (limit is not None and limit.reached)
+
+
+def feed_together(feeds: Sequence[Feed], *, threads: int, limit: SpendLimit | None = None) -> list[list[ItemResult]]:
+    """Several evaluations' items on one pool of ``threads`` workers: their items interleaved (one of each in turn),
+    so methods run side by side and a comparison takes about as long as its slowest method, while each endpoint's
+    load is kept right by its shared limit (:mod:`dspy_for.lm.transport`). Each record lands, in this thread, in its
+    own evaluation's sinks as it finishes; a feed's ``stop`` rule stops its items only, ``limit`` every feed's. With
+    one thread the feeds run one after another in this thread (Ctrl-C then stops the LM call at once). Returns each
+    feed's records (those of :meth:`Evaluation.feed`)."""
+    with interruptible():
+        plans = [f.evaluation._plan(f.examples, f.stop) for f in feeds]
+        for plan, record, calls in _stream(plans, threads, limit):
+            ev = plan.evaluation
+            ev._land(record, calls, reused=False)
+            if limit is not None:
+                limit.add(calls)
+            if plan.stop is not None and not plan.halt.is_set() and plan.stop(ev.result):
+                plan.halt.set()
+    if limit is not None and limit.reached:
+        limit.not_started += sum(
+            1 for p in plans if not p.halt.is_set() for ex in p.fresh if _key(ex) not in p.evaluation._items
+        )
+    return [p.evaluation._finish(p) for p in plans]
+
+
+_Done = tuple[_Plan, ItemResult, list[CallRecord]]
+
+
+def _stream(plans: list[_Plan], threads: int, limit: SpendLimit | None) -> Iterator[_Done]:
+    """Each item's (plan, record, LM calls) as it finishes (see :func:`feed_together`). Once a plan halts (or the
+    limit is reached) none of its items starts; items already running are still yielded as they finish."""
+    if threads <= 1 or sum(len(p.fresh) for p in plans) <= 1:
+        for plan in plans:
+            for ex in plan.fresh:
+                if not plan.may_start(limit):
+                    break
+                yield (plan, *plan.evaluation._run_item(ex))
+        return
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dspy-for-item")
+    todo = _interleaved(plans)
+    pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
+
+    def start_next() -> None:  # one item per free thread, so none waits in a queue to start after a halt
+        for plan, ex in todo:
+            if plan.may_start(limit):
+                pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, ex)] = plan
+                return
+
+    for _ in range(threads):
+        start_next()
+    try:
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                plan = pending.pop(future)
+                yield (plan, *future.result())
+                start_next()
+    finally:  # interrupted: start nothing more; items already running end in the background
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _interleaved(plans: list[_Plan]) -> Iterator[tuple[_Plan, dspy.Example]]:
+    """One item of each plan in turn (round robin), in each plan's own order."""
+    queues = [iter([(p, ex) for ex in p.fresh]) for p in plans]
+    while queues:
+        for q in list(queues):
+            item = next(q, None)
+            if item is None:
+                queues.remove(q)
+            else:
+                yield item
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 from tqdm.auto import tqdm
 
 from dspy_for.experiments.core.records import ItemResult, MethodResult
+from dspy_for.lm.transport import throttle_text
 from dspy_for.lm.usage import CallRecord
 
 __all__ = [
@@ -64,8 +65,9 @@ def progress_text(records: Iterable[ItemResult]) -> str:
 
 
 class ProgressBar:
-    """A tqdm bar per method run with the running accuracy of scored items (failures counted apart): shown only
-    while items actually run, so a run answered from stored results stays quiet."""
+    """A tqdm bar per method run with the running accuracy of scored items (failures counted apart) and, while an
+    endpoint rate-limits, its current concurrency: shown only while items actually run, so a run answered from
+    stored results stays quiet."""
 
     def __init__(self, label: str, enabled: bool = True) -> None:
         self.label, self.enabled = label, enabled
@@ -84,7 +86,9 @@ class ProgressBar:
     def add(self, landed: Landed) -> None:
         self._seen.append(landed.item)
         if self._bar is not None and not landed.reused:
-            self._bar.set_postfix_str(progress_text(self._seen), refresh=False)
+            throttled = throttle_text()  # an endpoint answering with rate limits: at what concurrency it runs now
+            text = progress_text(self._seen) + (f"; {throttled}" if throttled else "")
+            self._bar.set_postfix_str(text, refresh=False)
             self._bar.update(1)
 
     def close(self, result: MethodResult, status: RunStatus) -> None:

@@ -45,6 +45,10 @@ class Summary:
     tokens_per_item_by_role: dict[str, float]
     spent_tokens: int  # spent now (not served from cache), over the scored items
     cached_tokens: int
+    #: USD per scored item (what a cold run costs, like tokens/item); None when an LM call is not priced
+    cost_per_item: float | None
+    spent_usd: float | None  # USD spent now over the scored items (cache hits cost nothing); None: not priced
+    reasoning_tokens_per_item: float | None  # of the completion tokens, those reasoning models spent reasoning
     calls: int
     wall_time: float  # including the original time of reused records
     reused_time: float
@@ -75,6 +79,10 @@ class Summary:
             "tokens_per_item": float(self.tokens_per_item or 0.0),
             "calls_per_item": float(self.calls_per_item or 0.0),
         }
+        if self.cost_per_item is not None and self.spent_usd is not None:  # unpriced: absent, never 0
+            out.update({"cost_per_item_usd": self.cost_per_item, "cost_usd": self.spent_usd})
+        if self.reasoning_tokens_per_item:
+            out["reasoning_tokens_per_item"] = self.reasoning_tokens_per_item
         for role_name, r in self.per_role.items():
             out[f"tokens_per_item.{role_name}"] = r["served"]
             out[f"tokens_per_item.{role_name}.spent"] = r["spent"]
@@ -140,6 +148,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
     if measured and "role_collapse" in result.stats_mean:
         collapse = sum(1 for i in result.scored if i.stats.get("role_collapse", 0) > 0) / n
     total = usage.total
+    served_usd = total.served_cost_usd
     return Summary(
         label=result.label,
         n=result.n_scored,
@@ -153,6 +162,9 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         tokens_per_item_by_role={name: r["served"] for name, r in per_role.items()} if measured else {},
         spent_tokens=total.tokens,
         cached_tokens=total.cached_tokens,
+        cost_per_item=served_usd / n if measured and served_usd is not None else None,
+        spent_usd=total.spent_usd if measured else None,
+        reasoning_tokens_per_item=(total.reasoning_tokens + total.cached_reasoning_tokens) / n if measured else None,
         calls=total.calls,
         wall_time=result.wall_time + result.reused_time,
         reused_time=result.reused_time,

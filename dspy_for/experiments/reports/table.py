@@ -32,6 +32,7 @@ __all__ = [
     "legend",
     "rich_tables",
     "sequential_lines",
+    "spend_lines",
     "summary_rows",
     "table_text",
 ]
@@ -51,6 +52,20 @@ def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
 
 
 _HEADER = ["method", "n", "acc % [95% CI]", "Δ pts", "tok/item", "time"]
+_COST = "$/item"
+
+
+def _header(rows: list[dict[str, Any]]) -> list[str]:
+    """The table's columns: ``$/item`` after ``tok/item`` when any method's LM calls cost something."""
+    if not any((r.get("cost_per_item") or 0) > 0 for r in rows):
+        return _HEADER
+    return [*_HEADER[:5], _COST, _HEADER[5]]
+
+
+def _dollars(value: float | None) -> str:
+    if value is None:
+        return "-"  # not priced: absent, never $0
+    return f"${value:.2g}" if 0 < value < 0.01 else f"${value:,.2f}"
 
 
 def _duration(seconds: float) -> str:
@@ -61,7 +76,14 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _fmt_row(row: dict[str, Any], baseline: str | None) -> list[str]:
+def _fmt_row(row: dict[str, Any], baseline: str | None, header: list[str] = _HEADER) -> list[str]:
+    cells = _cells(row, baseline)
+    if _COST in header:
+        cells.insert(5, _dollars(row.get("cost_per_item")) if row.get("accuracy") is not None else "")
+    return cells
+
+
+def _cells(row: dict[str, Any], baseline: str | None) -> list[str]:
     if "error" in row:
         return [row["method"], "-", "FAILED (could not run)", "", "", ""]
     n = str(row["n"]) + (f" +{row['failed']}✗" if row["failed"] else "")
@@ -94,6 +116,13 @@ def legend(result: ComparisonResult) -> str:
             if floor is not None
             else f"; n={sizes[0]} is too few for any Δ to reach p<0.05"
         )
+    if any((r.get("cost_per_item") or 0) > 0 for r in rows):
+        text += (
+            "; $/item: USD per scored item at litellm's prices (or the LM's `price`), cache hits at their original "
+            "cost; '-': an LM without a price"
+        )
+    if any(r.get("reasoning_tokens_per_item") for r in rows):
+        text += "; tok/item includes reasoning tokens (see reasoning/item below)"
     if any(r["failed"] for r in rows):
         text += "; +N✗: items that failed (LM errors), left out of accuracy and tokens"
     if any(r.get("reused_time") for r in rows):
@@ -113,6 +142,8 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
             f"{name} {value:,.0f}" for name, value in sorted(roles.items())
         )
         line += f"; calls/item {row['calls_per_item']:.1f}"
+        if row.get("reasoning_tokens_per_item"):
+            line += f"; reasoning/item {row['reasoning_tokens_per_item']:,.0f}"
         if row["unparsed"]:
             line += f"; unparsed {row['unparsed']} (scored wrong)"
         stats = row.get("stats") or {}
@@ -145,10 +176,11 @@ def error_lines(result: ComparisonResult) -> list[str]:
 def table_text(result: ComparisonResult) -> str:
     out = []
     for dataset in result.results:
-        rows = [_fmt_row(r, result.spec.baseline) for r in result.rows if r["dataset"] == dataset]
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(_HEADER)]
+        header = _header([r for r in result.rows if r["dataset"] == dataset])
+        rows = [_fmt_row(r, result.spec.baseline, header) for r in result.rows if r["dataset"] == dataset]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
         out.append(f"== {dataset} ==")
-        out.append("  ".join(h.ljust(w) for h, w in zip(_HEADER, widths, strict=True)))
+        out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
         out.append(legend(result))
         out.extend(detail_lines(result, dataset))
@@ -161,7 +193,19 @@ def table_text(result: ComparisonResult) -> str:
             out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in judged)
             out.extend(judge_lines(result, dataset))
     out.extend(error_lines(result))
+    out.extend(spend_lines(result))
     return "\n".join(out)
+
+
+def spend_lines(result: ComparisonResult) -> list[str]:
+    """What the run spent against its ``max_cost``, and what it left out when it reached it."""
+    spend = result.spend
+    if spend is None or spend.max_cost is None:
+        return []
+    line = f"spent ${spend.spent:.4f} of max_cost ${spend.max_cost:g}"
+    if result.stopped_by_cost:
+        line += f": reached, {spend.not_started} item(s) not started (run again to resume them, with a higher max_cost)"
+    return [line]
 
 
 def rich_tables(result: ComparisonResult) -> list[Any]:
@@ -170,11 +214,12 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
         t = Table(
             title=f"{dataset} — baseline: {result.spec.baseline}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False
         )
-        for h in _HEADER:
+        header = _header([r for r in result.rows if r["dataset"] == dataset])
+        for h in header:
             t.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
         for r in result.rows:
             if r["dataset"] == dataset:
-                t.add_row(*_fmt_row(r, result.spec.baseline))
+                t.add_row(*_fmt_row(r, result.spec.baseline, header))
         t.caption = "\n".join([legend(result), *detail_lines(result, dataset), *sequential_lines(result, dataset)])
         t.caption_justify = "left"
         tables.append(t)
