@@ -5,6 +5,11 @@ adapters: it reports token usage (whitespace words), honours ``max_tokens`` (tru
 ``finish_reason="length"``), records every call in ``calls``, takes ``delay`` seconds per call when asked (to
 test timing), and works with :func:`dspy_for.track_usage` (which records every LM's calls) and, with
 ``cache=True``, with DSPy's cache (a cache hit takes no delay: the LM is not called).
+
+:class:`OpenAICompatibleServer` (alias ``FaultServer``, in :mod:`dspy_for.testing.server`) serves the same kind of
+responder over HTTP on 127.0.0.1, like a remote endpoint: latency, a concurrency limit answered with 429 and
+``Retry-After``, injected faults, and reasoning models that refuse a temperature and spend reasoning tokens. It is
+imported on first use: ``import dspy_for.testing`` starts nothing and imports no server module.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.lm15 import Message, Response, TextPart, Usage
@@ -21,7 +26,30 @@ from dspy.utils.dummies import DummyLM
 from dspy_for.errors import ConfigError
 from dspy_for.modules.for_signatures import DEBATER_INSTRUCTIONS, REVISE_INSTRUCTIONS
 
-__all__ = ["Responder", "ScriptedLM", "for_responder", "system_text", "user_text"]
+if TYPE_CHECKING:
+    from dspy_for.testing.server import FaultServer, OpenAICompatibleServer
+
+__all__ = [
+    "FaultServer",
+    "OpenAICompatibleServer",
+    "Responder",
+    "ScriptedLM",
+    "for_responder",
+    "system_text",
+    "user_text",
+]
+
+_SERVER_NAMES = ("FaultServer", "OpenAICompatibleServer")
+
+
+def __getattr__(name: str) -> Any:
+    """The HTTP test server, imported on first use (``import dspy_for.testing`` loads no server code)."""
+    if name in _SERVER_NAMES:
+        from dspy_for.testing import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: responder(messages, max_tokens) -> dict of output field values (formatted like a model would) or raw text
 Responder = Callable[[list[dict[str, Any]], "int | None"], "dict[str, Any] | str"]
