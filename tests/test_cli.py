@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -101,3 +102,62 @@ def test_tables_print_whole_on_an_80_column_console(monkeypatch):
     common.print_whole(t)
     assert out.getvalue().count("62.0 [48.2–74.4]") == 4 and "…" not in out.getvalue()
     assert common.console.width == 80
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected"),
+    [
+        (
+            "compare",
+            ["--threads", "16", "--max-cost", "2.5", "--data", "my.jsonl"],
+            {"num_threads": 16, "max_cost": 2.5, "data": Path("my.jsonl")},
+        ),
+        ("sweep", ["--threads", "8", "--max-cost", "0.75"], {"num_threads": 8, "max_cost": 0.75}),
+    ],
+)
+def test_threads_max_cost_and_data_flags_reach_the_library_call(monkeypatch, command, args, expected):
+    import dspy_for.cli as cli
+    from dspy_for.errors import ConfigError
+
+    seen: dict[str, object] = {}
+
+    def fake(config, overrides=None, **kwargs):
+        o = overrides or kwargs.get("overrides")
+        seen.update({k: getattr(o, k) for k in expected})
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(cli, "run_compare" if command == "compare" else "run_sweep", fake)
+    result = runner.invoke(app, [command, "x.toml", *args])
+    assert result.exit_code == 2 and "stop here" in result.output and seen == expected
+
+
+def test_advise_threads_max_cost_and_budget_usd_flags_reach_the_library_call(monkeypatch):
+    import dspy_for.cli as cli
+    from dspy_for.errors import ConfigError
+
+    seen: dict[str, object] = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(cli, "run_advise", fake)
+    args = ["advise", "--lm", "openai/x", "--data", "my.jsonl", "--threads", "12", "--max-cost", "3"]
+    result = runner.invoke(app, [*args, "--budget-usd", "0.002"])
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert seen["num_threads"] == 12 and seen["max_cost"] == 3.0 and seen["budget_usd"] == 0.002
+
+
+def test_unset_flags_leave_the_library_defaults(monkeypatch):
+    import dspy_for.cli as cli
+    from dspy_for.errors import ConfigError
+
+    seen: dict[str, object] = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(cli, "run_advise", fake)
+    runner.invoke(app, ["advise", "--lm", "openai/x", "--data", "my.jsonl"])
+    assert seen["num_threads"] is None and seen["max_cost"] is None and seen["budget_usd"] is None

@@ -71,6 +71,12 @@ class DatasetInfo:
         """The DSPy signature methods answer this dataset with (its gold answer's type)."""
         return _SIGNATURES[self.answer_type]
 
+    @property
+    def default_split(self) -> str:
+        """The split a run takes when none is named: ``val`` where there is one (so nothing is tuned or chosen on
+        test data, and a run stays small), else the first (``all`` for a user's file)."""
+        return "val" if "val" in self.splits else self.splits[0]
+
 
 _SIGNATURES = {
     "float": "question -> answer: float",
