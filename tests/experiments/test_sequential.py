@@ -93,7 +93,7 @@ def test_sequential_input_errors_name_the_option(tmp_path: Path):
     with pytest.raises(ConfigError, match="max_items"):
         compare(_write(tmp_path, extra="max_items = 0"))
     with pytest.raises(ConfigError, match="match_budget"):
-        compare(_write(tmp_path, extra="match_budget = true"))
+        compare(_write(tmp_path, TWO + '[[methods]]\nname = "self_consistency"\n', extra="match_budget = true"))
     with pytest.raises(ConfigError, match="alpha"):
         compare(_write(tmp_path, extra="alpha = 1.5"))
 
