@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dspy
 
@@ -91,7 +91,8 @@ def run_sequential(
     order = seeded_order(base_run.examples, spec.seed)[: spec.max_items or None]
     others = [label for label in runs if label != baseline]
     alpha = split_alpha(spec.alpha, len(others))
-    tests = {label: PairedSequentialTest(kind="binary", alpha=alpha) for label in others}
+    kind: Literal["binary", "bounded"] = "bounded" if spec.epochs > 1 and spec.reducer == "mean" else "binary"
+    tests = {label: PairedSequentialTest(kind=kind, alpha=alpha) for label in others}
     fed = {label: 0 for label in others}  # paired items already given to each test
     open_: set[str] = set(others)
     with ExitStack() as stack:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dspy_for.lm.epochs import current_epoch, epoch
 from dspy_for.lm.factory import (
     LM,
     LocalLM,
@@ -25,8 +26,10 @@ __all__ = [
     "check_lm_options",
     "check_lm_spec",
     "configure_cache",
+    "current_epoch",
     "current_role",
     "describe_lm",
+    "epoch",
     "is_reasoning_model",
     "lm_defaults",
     "make_lm",

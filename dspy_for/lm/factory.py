@@ -50,6 +50,7 @@ from dspy_for.compat.dspy import (
 from dspy_for.errors import ConfigError, ServerError
 from dspy_for.lm import server as local_server  # the module, so a patched `server.ensure_server` is used
 from dspy_for.lm import transport
+from dspy_for.lm.epochs import epoch_kwargs
 from dspy_for.lm.options import (
     DEFAULT_LOCAL_TIMEOUT,
     DEFAULT_MAX_TOKENS,
@@ -178,11 +179,13 @@ class LM(dspy.LM):
 
     @with_callbacks
     def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
+        kwargs = epoch_kwargs(self, kwargs)
         with self._namespace():
             return self.retry_policy.send(self.endpoint, lambda: call_once(self, prompt, messages, dict(kwargs)))
 
     @with_callbacks
     async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
+        kwargs = epoch_kwargs(self, kwargs)
         with self._namespace():
             return await self.retry_policy.asend(
                 self.endpoint, lambda: acall_once(self, prompt, messages, dict(kwargs))

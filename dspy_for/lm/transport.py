@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, wait_exponential, wait_random
 
 __all__ = [
     "DEFAULT_MAX_RETRY_WAIT",
@@ -286,7 +286,7 @@ class RetryPolicy:
 
     def _tenacity(self, where: Endpoint) -> dict[str, Any]:
         faults = [0]
-        exponential = wait_exponential_jitter(initial=self.backoff, max=60.0, jitter=self.backoff)
+        exponential = wait_exponential(multiplier=self.backoff, max=60.0) + wait_random(0, self.backoff)
 
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome else None

@@ -3,6 +3,8 @@
 * Fixed n (:mod:`dspy_for.stats.fixed`): :func:`wilson_interval`, :func:`bootstrap_interval`, :func:`mean_with_ci`,
   :func:`mcnemar_exact`, :func:`paired_bootstrap`, :func:`paired_comparison`, :func:`cohens_kappa`,
   :func:`smallest_resolvable_difference`, :func:`format_p_value`.
+* Repeats per item (:mod:`dspy_for.stats.repeats`): :func:`reduce_epochs` (one value per item from its epochs),
+  :func:`spread` (how the epochs disagree).
 * Checked after every item (:mod:`dspy_for.stats.sequential`): :class:`PairedSequentialTest` (an anytime-valid
   paired test and confidence sequence), :func:`replay` on stored results, :func:`split_alpha` for several pairs.
 
@@ -23,6 +25,7 @@ from dspy_for.stats.fixed import (
     smallest_resolvable_difference,
     wilson_interval,
 )
+from dspy_for.stats.repeats import REDUCERS, Spread, check_reducer, clustered_interval, reduce_epochs, spread
 from dspy_for.stats.sequential import (
     BettingConfidenceSequence,
     PairedSequentialTest,
@@ -34,12 +37,16 @@ from dspy_for.stats.sequential import (
 )
 
 __all__ = [
+    "REDUCERS",
     "BettingConfidenceSequence",
     "PairedResult",
     "PairedSequentialTest",
     "SequentialResult",
+    "Spread",
     "bootstrap_interval",
     "calibrated_threshold",
+    "check_reducer",
+    "clustered_interval",
     "cohens_kappa",
     "discordant_log_e",
     "format_p_value",
@@ -47,8 +54,10 @@ __all__ = [
     "mean_with_ci",
     "paired_bootstrap",
     "paired_comparison",
+    "reduce_epochs",
     "replay",
     "smallest_resolvable_difference",
     "split_alpha",
+    "spread",
     "wilson_interval",
 ]

@@ -24,6 +24,7 @@ from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
 
 from dspy_for.errors import ConfigError
+from dspy_for.lm.epochs import epoch_kwargs
 from dspy_for.modules.for_signatures import DEBATER_INSTRUCTIONS, REVISE_INSTRUCTIONS
 
 if TYPE_CHECKING:
@@ -160,6 +161,13 @@ class ScriptedLM(DummyLM):
         engine = _ScriptedEngine(self)
         self._engine_spec = engine
         self._async_engine_spec = _AsyncScriptedEngine(engine)
+
+    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
+        # each epoch of an item its own sample and cache entry, as with the LMs dspy-for builds
+        return super().__call__(prompt, messages=messages, **epoch_kwargs(self, kwargs))
+
+    async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
+        return await super().acall(prompt, messages=messages, **epoch_kwargs(self, kwargs))
 
     def copy(self, **kwargs: Any) -> ScriptedLM:
         copied = super().copy(**kwargs)

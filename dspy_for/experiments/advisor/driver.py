@@ -21,9 +21,8 @@ from typing import Any
 
 import dspy
 
-from dspy_for.datasets import register_jsonl, signature_for
-from dspy_for.datasets.user import USER_SPLIT
-from dspy_for.errors import ConfigError, DatasetError
+from dspy_for.datasets import signature_for
+from dspy_for.errors import ConfigError
 from dspy_for.experiments.advisor.candidates import Candidate, select_candidates, sized_options, spec_line
 from dspy_for.experiments.advisor.report import frontier_figure, log_advice
 from dspy_for.experiments.advisor.result import (
@@ -42,7 +41,7 @@ from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.sequential import seeded_order
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
-from dspy_for.experiments.spec.config import Overrides
+from dspy_for.experiments.spec.config import Overrides, task_dataset
 from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.sink import MlflowSink
 
@@ -78,6 +77,8 @@ def advise(
     seed: int = 0,
     max_tokens: int | None = None,
     num_threads: int | None = None,
+    budget_usd: float | None = None,
+    max_cost: float | None = None,
     experiment: str = "advise",
     progress: bool = True,
 ) -> Advice:
@@ -92,8 +93,8 @@ def advise(
     items per round. Bad input fails with :class:`~dspy_for.errors.ConfigError` before any LM call.
     """
     started = time.monotonic()
-    _check_numbers(budget=budget, margin=margin, timeout=timeout, pilot=pilot)
-    d = replace(_dataset(dataset, split, data, data_dir), first=first)
+    _check_numbers(budget=budget, margin=margin, timeout=timeout, pilot=pilot, budget_usd=budget_usd)
+    d = replace(task_dataset(dataset, split, data, data_dir), first=first)
     chosen = select_candidates(methods)
     base = ExperimentSpec(
         datasets=[d],
@@ -110,6 +111,7 @@ def advise(
         max_tokens=max_tokens,
         seed=seed,
         num_threads=num_threads,
+        max_cost=max_cost,
         experiment=experiment,
         tracking_uri=tracking_uri,
         results_dir=results_dir,
@@ -165,13 +167,19 @@ def _new_advice(
     )
 
 
-def _check_numbers(*, budget: float | None, margin: float, timeout: float | None, pilot: int) -> None:
+def _check_numbers(
+    *, budget: float | None, margin: float, timeout: float | None, pilot: int, budget_usd: float | None = None
+) -> None:
     def number(value: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
     if budget is not None and not (number(budget) and budget > 0):
         raise ConfigError(
             f"`--budget` is tokens per item (prompt + completion): give a positive number, got {budget!r}."
+        )
+    if budget_usd is not None and not (number(budget_usd) and budget_usd > 0):
+        raise ConfigError(
+            f"`--budget-usd` is USD per item: give a positive number (e.g. --budget-usd 0.002), got {budget_usd!r}."
         )
     if not (number(margin) and 0 < margin < 1):
         raise ConfigError(
@@ -181,29 +189,6 @@ def _check_numbers(*, budget: float | None, margin: float, timeout: float | None
         raise ConfigError(f"`--timeout` is in seconds: give a positive number, got {timeout!r}.")
     if isinstance(pilot, bool) or not isinstance(pilot, int) or pilot < 1:
         raise ConfigError(f"`pilot` is the number of items that measure each method's cost: give >= 1, got {pilot!r}.")
-
-
-def _dataset(dataset: str | None, split: str | None, data: str | Path | None, data_dir: str | None) -> DatasetConfig:
-    """The task: a benchmark split (default ``val``: advice is never taken from test data) or the user's file."""
-    if (dataset is None) == (data is None):
-        raise ConfigError(
-            "Give the task once: `--dataset NAME --split S` for a benchmark, or `--data FILE.jsonl` for your own "
-            "data (one JSON object per line with `question` and `answer`)."
-            + (" Both were given." if dataset is not None else "")
-        )
-    if data is None:
-        assert dataset is not None
-        return DatasetConfig(name=dataset, split=split or "val", data_dir=data_dir)
-    for flag, value in (("--split", split), ("--data-dir", data_dir)):
-        if value is not None:
-            raise ConfigError(
-                f"`{flag}` applies to `--dataset`; with `--data FILE.jsonl` drop it (a file is one split)."
-            )
-    try:
-        info = register_jsonl(data)
-    except DatasetError as exc:
-        raise ConfigError(f"`--data`: {exc}") from None
-    return DatasetConfig(name=info.name, split=USER_SPLIT)
 
 
 class _Session:

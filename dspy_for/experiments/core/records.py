@@ -26,12 +26,12 @@ from dspy_for.datasets import content_key
 from dspy_for.experiments.spec.model import ExperimentSpec
 from dspy_for.lm.usage import Usage
 from dspy_for.secrets import redact, redact_obj
-from dspy_for.stats import mean_with_ci
+from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epochs, spread
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core.run import SpendLimit
 
-__all__ = ["ComparisonResult", "ItemResult", "MethodResult"]
+__all__ = ["ComparisonResult", "ItemResult", "MethodResult", "record_key"]
 
 
 @dataclass
@@ -55,10 +55,24 @@ class ItemResult:
     judge_usage: dict[str, dict[str, float]] = field(default_factory=dict)
     started_at: float | None = None  # when the item started (Unix time, s); None in records written before it was kept
     origin: str | None = None  # the run that produced this record (an MLflow run id), when it was tracked
+    epoch: int = 0  # which repeat of the item this record is (0: the first; runs with ``epochs = k`` have 0..k-1)
+
+    @property
+    def item_key(self) -> str:
+        """The item (its question and gold), whichever epoch."""
+        return content_key(self.question, self.gold)
 
     @property
     def key(self) -> str:
-        return content_key(self.question, self.gold)
+        """This record: the item, and the epoch when it is a repeat (epoch 0 is keyed as the item alone)."""
+        return record_key(self.item_key, self.epoch)
+
+    @property
+    def answer(self) -> str:
+        """The answer as given (``answer``, else every output but the reasoning), to count which is most common."""
+        if "answer" in self.prediction:
+            return str(self.prediction["answer"])
+        return json.dumps({k: v for k, v in self.prediction.items() if k != "reasoning"}, sort_keys=True, default=str)
 
     @property
     def failed(self) -> bool:
@@ -77,15 +91,23 @@ class ItemResult:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def record_key(item_key: str, epoch: int) -> str:
+    """The key a record is stored and matched under: the item's, with ``~epoch`` for a repeat (epoch ≥ 1)."""
+    return item_key if epoch == 0 else f"{item_key}~{epoch}"
+
+
 @dataclass
 class MethodResult:
-    """One method's records on one dataset, in the dataset's order. ``n`` counts every item;
-    accuracy, its CI and tokens/item are over the ``scored`` items only (failed items are errors)."""
+    """One method's records on one dataset, in the dataset's order (an item's epochs in order). ``n`` counts every
+    record; accuracy and its CI are over the items with a scored record, each item's value reduced from its scored
+    epochs by ``reducer`` (:func:`~dspy_for.stats.reduce_epochs`; one epoch: its score); tokens/item is per scored
+    record (one answer). Failed records are errors, left out of both."""
 
     label: str
     items: list[ItemResult]
     wall_time: float = 0.0
     reused_time: float = 0.0  # wall time of records reused from an earlier run
+    reducer: str = "mean"
 
     @property
     def n(self) -> int:
@@ -97,7 +119,29 @@ class MethodResult:
 
     @property
     def n_scored(self) -> int:
+        """Items with at least one scored epoch (the clusters accuracy is taken over)."""
+        return len(self.epochs_by_item())
+
+    @property
+    def n_answers(self) -> int:
+        """Scored records: one per scored epoch of an item."""
         return len(self.scored)
+
+    @property
+    def epochs(self) -> int:
+        """How many epochs the records span (1 for a run without repeats)."""
+        return 1 + max((i.epoch for i in self.items), default=0)
+
+    def epochs_by_item(self) -> dict[str, list[ItemResult]]:
+        """Each item's scored records, by item key, in epoch order."""
+        out: dict[str, list[ItemResult]] = {}
+        for i in sorted(self.scored, key=lambda r: r.epoch):
+            out.setdefault(i.item_key, []).append(i)
+        return out
+
+    def spread(self) -> Spread | None:
+        """How the epochs of each item disagree (None without repeats)."""
+        return spread([[r.score for r in rs] for rs in self.epochs_by_item().values()])
 
     @property
     def n_failed(self) -> int:
@@ -113,10 +157,15 @@ class MethodResult:
 
     @property
     def scores(self) -> list[float]:
-        return [i.score for i in self.scored]
+        """One value per item with a scored epoch, reduced from its epochs (its score when it has one)."""
+        return list(self.scores_by_key().values())
 
     def scores_by_key(self) -> dict[str, float]:
-        return {i.key: i.score for i in self.scored}
+        """Each item's value (by item key) reduced from its scored epochs by ``reducer``."""
+        return {
+            key: reduce_epochs([r.score for r in rs], [r.answer for r in rs], self.reducer)
+            for key, rs in self.epochs_by_item().items()
+        }
 
     @property
     def accuracy(self) -> float:
@@ -125,9 +174,14 @@ class MethodResult:
 
     @property
     def ci(self) -> tuple[float, float]:
-        if not self.scores:
+        """95% interval of the accuracy over items: Wilson for 0/1 values; with repeats averaged per item, Student's t
+        over the items as clusters (:func:`~dspy_for.stats.clustered_interval`); else a seeded bootstrap."""
+        scores = self.scores
+        if not scores:
             return math.nan, math.nan
-        _, lo, hi = mean_with_ci(self.scores)
+        if self.epochs > 1 and self.reducer == "mean":
+            return clustered_interval(scores)[1:]
+        _, lo, hi = mean_with_ci(scores)
         return lo, hi
 
     @property
@@ -142,7 +196,7 @@ class MethodResult:
             return math.nan  # nothing scored: no cost to report, not a cost of 0
         u = self.usage
         r = u[role_name] if role_name else u.total
-        return float(getattr(r, counter)) / self.n_scored
+        return float(getattr(r, counter)) / self.n_answers
 
     @property
     def tokens_per_item(self) -> float:
@@ -153,9 +207,16 @@ class MethodResult:
         return self.per_item("calls")
 
     @property
+    def cost_per_item(self) -> float:
+        """USD per scored item, what a cold run costs (cache hits at their original price); NaN (absent, never 0)
+        when nothing was scored or an LM call has no price."""
+        served = self.usage.total.served_cost_usd
+        return served / self.n_answers if self.scored and served is not None else math.nan
+
+    @property
     def stats_mean(self) -> dict[str, float]:
         keys = sorted({k for i in self.scored for k in i.stats})
-        return {k: sum(i.stats.get(k, 0.0) for i in self.scored) / max(1, self.n_scored) for k in keys}
+        return {k: sum(i.stats.get(k, 0.0) for i in self.scored) / max(1, self.n_answers) for k in keys}
 
     def judge_values(self, score: str) -> dict[str, float]:
         """Per scored item (by content key) the judge's ``score``: ``judged_accuracy`` (0/1) or

@@ -36,9 +36,10 @@ from dspy.utils.exceptions import AdapterParseError
 from dspy_for.datasets import content_key
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import PreparedRun
-from dspy_for.experiments.core.records import ItemResult, MethodResult
+from dspy_for.experiments.core.records import ItemResult, MethodResult, record_key
 from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, critical, interruptible
 from dspy_for.experiments.core.store import ResultStore
+from dspy_for.lm.epochs import epoch
 from dspy_for.lm.usage import CallRecord, role, track_usage
 from dspy_for.secrets import redact
 
@@ -87,39 +88,48 @@ class Evaluation:
 
     # ------------------------------------------------------------------------------------------ feed
 
-    def feed(self, examples: Iterable[dspy.Example], stop: StopRule | None = None) -> list[ItemResult]:
+    def feed(
+        self, examples: Iterable[dspy.Example], stop: StopRule | None = None, limit: SpendLimit | None = None
+    ) -> list[ItemResult]:
         """Run ``examples`` (those not yet landed in this evaluation) and return their records in order; with
-        ``stop``, no item starts once it returns True: what landed stays, items already running on other threads
-        finish and land too (their tokens are spent), what did not start is left out."""
-        return feed_together([Feed(self, examples, stop)], threads=self.run.spec.num_threads)[0]
+        ``stop`` (or once ``limit`` is reached), no item starts once it returns True: what landed stays, items
+        already running on other threads finish and land too (their tokens are spent), what did not start is left
+        out."""
+        return feed_together([Feed(self, examples, stop)], threads=self.run.spec.num_threads, limit=limit)[0]
 
     def _plan(self, examples: Iterable[dspy.Example], stop: StopRule | None) -> _Plan:
-        """Land the stored records of ``examples`` (reused) and return what is left to run."""
-        new = list({_key(ex): ex for ex in examples if _key(ex) not in self._items}.values())  # each item once
-        fresh = [ex for ex in new if _key(ex) not in self.stored]
+        """Land the stored records of ``examples`` (every epoch of each: reused) and return what is left to run."""
+        epochs = range(self.run.spec.epochs)
+        units = [(ex, e) for ex in {_key(ex): ex for ex in examples}.values() for e in epochs]  # each item once
+        new = [u for u in units if _unit_key(u) not in self._items]
+        fresh = [u for u in new if _unit_key(u) not in self.stored]
         self.progress.expect(len(fresh))
         plan = _Plan(self, new, fresh, stop)
-        for ex in new:
-            if _key(ex) in self.stored:
-                self._order.append(_key(ex))
-                self._land(self._reused(self.stored[_key(ex)]), (), reused=True)
+        for u in new:
+            if _unit_key(u) in self.stored:
+                self._order.append(_unit_key(u))
+                self._land(self._reused(self.stored[_unit_key(u)]), (), reused=True)
                 if stop is not None and stop(self.result):
                     plan.fresh = []
                     plan.halt.set()
                     break
-        self._order.extend(_key(ex) for ex in plan.fresh)
+        self._order.extend(_unit_key(u) for u in plan.fresh)
         return plan
 
     def _finish(self, plan: _Plan) -> list[ItemResult]:
         self._order = [k for k in self._order if k in self._items]  # a stopped feed: what did not run is left out
-        return [self._items[_key(ex)] for ex in plan.new if _key(ex) in self._items]
+        return [self._items[_unit_key(u)] for u in plan.new if _unit_key(u) in self._items]
 
     @property
     def result(self) -> MethodResult:
         items = [self._items[k] for k in self._order if k in self._items]
         reused = sum(self._items[k].wall_time for k in self._reused_keys)
         return MethodResult(
-            label=self.run.method.label, items=items, wall_time=time.perf_counter() - self._start, reused_time=reused
+            label=self.run.method.label,
+            items=items,
+            wall_time=time.perf_counter() - self._start,
+            reused_time=reused,
+            reducer=self.run.spec.reducer,
         )
 
     # ----------------------------------------------------------------------------------------- close
@@ -147,13 +157,14 @@ class Evaluation:
 
     # ------------------------------------------------------------------------------------------- items
 
-    def _run_item(self, example: dspy.Example) -> tuple[ItemResult, list[CallRecord]]:
-        """Run the program on one item and score it; never raises (a failing item must not lose the others)."""
-        run = self.run
+    def _run_item(self, unit: _Unit) -> tuple[ItemResult, list[CallRecord]]:
+        """Run the program on one epoch of one item and score it; never raises (a failing item must not lose the
+        others). Epoch ``e`` runs inside :func:`~dspy_for.lm.epoch`: its LM calls are samples of their own."""
+        run, (example, e) = self.run, unit
         started, t0 = time.time(), time.perf_counter()
         outcome = _Outcome()
         pred = dspy.Prediction()
-        with dspy.context(lm=run.lm), track_usage() as usage, role("task"):
+        with dspy.context(lm=run.lm), epoch(e), track_usage() as usage, role("task"):
             try:
                 call = {**example.inputs(), "gold": example} if run.uses_labels else dict(example.inputs())
                 pred = run.program(**call)
@@ -166,7 +177,7 @@ class Evaluation:
             outcome.error_class = failed_calls[0].error or "LMError"
             outcome.error = f"{outcome.error_class}: {len(failed_calls)} LM call(s) failed inside the method"
         outcome.usage, outcome.wall_time = usage.to_dict(), time.perf_counter() - t0
-        record = replace(_record(example, pred, outcome, run.metric), started_at=started, origin=self.origin)
+        record = replace(_record(example, pred, outcome, run.metric), started_at=started, origin=self.origin, epoch=e)
         calls = list(usage.calls)
         if run.judge is not None:
             with track_usage() as judge_usage:
@@ -180,7 +191,7 @@ class Evaluation:
         run = self.run
         if run.judge is None:
             return replace(stored, judge=None, judge_usage={}) if stored.judge is not None else stored
-        example = next((ex for ex in run.examples if _key(ex) == stored.key), None)
+        example = next((ex for ex in run.examples if _key(ex) == stored.item_key), None)
         example = example or dspy.Example(question=stored.question, answer=stored.gold).with_inputs("question")
         return judge_item(run.judge, run.judge_name, stored, example)
 
@@ -235,8 +246,8 @@ class _Plan:
     """One feed in progress: the items it was given (``new``), those left to run, its stop rule and halt flag."""
 
     evaluation: Evaluation
-    new: list[dspy.Example]
-    fresh: list[dspy.Example]
+    new: list[_Unit]
+    fresh: list[_Unit]
     stop: StopRule | None
     halt: threading.Event = field(default_factory=threading.Event)
 
@@ -262,7 +273,7 @@ def feed_together(feeds: Sequence[Feed], *, threads: int, limit: SpendLimit | No
                 plan.halt.set()
     if limit is not None and limit.reached:
         limit.not_started += sum(
-            1 for p in plans if not p.halt.is_set() for ex in p.fresh if _key(ex) not in p.evaluation._items
+            1 for p in plans if not p.halt.is_set() for u in p.fresh if _unit_key(u) not in p.evaluation._items
         )
     return [p.evaluation._finish(p) for p in plans]
 
@@ -275,19 +286,19 @@ def _stream(plans: list[_Plan], threads: int, limit: SpendLimit | None) -> Itera
     limit is reached) none of its items starts; items already running are still yielded as they finish."""
     if threads <= 1 or sum(len(p.fresh) for p in plans) <= 1:
         for plan in plans:
-            for ex in plan.fresh:
+            for unit in plan.fresh:
                 if not plan.may_start(limit):
                     break
-                yield (plan, *plan.evaluation._run_item(ex))
+                yield (plan, *plan.evaluation._run_item(unit))
         return
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dspy-for-item")
     todo = _interleaved(plans)
     pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
 
     def start_next() -> None:  # one item per free thread, so none waits in a queue to start after a halt
-        for plan, ex in todo:
+        for plan, unit in todo:
             if plan.may_start(limit):
-                pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, ex)] = plan
+                pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, unit)] = plan
                 return
 
     for _ in range(threads):
@@ -303,9 +314,9 @@ def _stream(plans: list[_Plan], threads: int, limit: SpendLimit | None) -> Itera
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _interleaved(plans: list[_Plan]) -> Iterator[tuple[_Plan, dspy.Example]]:
-    """One item of each plan in turn (round robin), in each plan's own order."""
-    queues = [iter([(p, ex) for ex in p.fresh]) for p in plans]
+def _interleaved(plans: list[_Plan]) -> Iterator[tuple[_Plan, _Unit]]:
+    """One item (epoch) of each plan in turn (round robin), in each plan's own order."""
+    queues = [iter([(p, u) for u in p.fresh]) for p in plans]
     while queues:
         for q in list(queues):
             item = next(q, None)
@@ -326,8 +337,16 @@ class _Outcome:
     unparsed: bool = False
 
 
+#: one epoch of one item: what runs, lands and is stored as one record
+_Unit = tuple[dspy.Example, int]
+
+
 def _key(example: dspy.Example) -> str:
     return content_key(example.get("question"), example.get("answer"))
+
+
+def _unit_key(unit: _Unit) -> str:
+    return record_key(_key(unit[0]), unit[1])
 
 
 _SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}

@@ -49,6 +49,10 @@ class Summary:
     cost_per_item: float | None
     spent_usd: float | None  # USD spent now over the scored items (cache hits cost nothing); None: not priced
     reasoning_tokens_per_item: float | None  # of the completion tokens, those reasoning models spent reasoning
+    epochs: int  # repeats per item (1: none); ``n`` counts items, ``answers`` their scored epochs
+    reducer: str  # how an item's epochs made its value (mean, majority, pass_at_k)
+    answers: int
+    spread: dict[str, float] | None  # how the epochs disagree (:class:`~dspy_for.stats.Spread`); None without repeats
     calls: int
     wall_time: float  # including the original time of reused records
     reused_time: float
@@ -83,6 +87,9 @@ class Summary:
             out.update({"cost_per_item_usd": self.cost_per_item, "cost_usd": self.spent_usd})
         if self.reasoning_tokens_per_item:
             out["reasoning_tokens_per_item"] = self.reasoning_tokens_per_item
+        if self.spread is not None:
+            out.update({"epochs": float(self.epochs), "answers": float(self.answers)})
+            out.update({f"epochs.{k}": float(v) for k, v in self.spread.items()})
         for role_name, r in self.per_role.items():
             out[f"tokens_per_item.{role_name}"] = r["served"]
             out[f"tokens_per_item.{role_name}.spent"] = r["spent"]
@@ -133,7 +140,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
     judge score."""
     measured = result.n_scored > 0
     lo, hi = result.ci
-    n = max(1, result.n_scored)
+    n = max(1, result.n_answers)  # per answer: one scored epoch of an item
     usage = result.usage
     per_role = {
         name: {
@@ -164,7 +171,13 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         cached_tokens=total.cached_tokens,
         cost_per_item=served_usd / n if measured and served_usd is not None else None,
         spent_usd=total.spent_usd if measured else None,
-        reasoning_tokens_per_item=(total.reasoning_tokens + total.cached_reasoning_tokens) / n if measured else None,
+        reasoning_tokens_per_item=(
+            (total.reasoning_tokens + total.cached_reasoning_tokens) / max(1, result.n_answers) if measured else None
+        ),
+        epochs=result.epochs,
+        reducer=result.reducer,
+        answers=result.n_answers,
+        spread=asdict(spread) if (spread := result.spread()) is not None else None,
         calls=total.calls,
         wall_time=result.wall_time + result.reused_time,
         reused_time=result.reused_time,

@@ -86,7 +86,8 @@ def _fmt_row(row: dict[str, Any], baseline: str | None, header: list[str] = _HEA
 def _cells(row: dict[str, Any], baseline: str | None) -> list[str]:
     if "error" in row:
         return [row["method"], "-", "FAILED (could not run)", "", "", ""]
-    n = str(row["n"]) + (f" +{row['failed']}✗" if row["failed"] else "")
+    n = str(row["n"]) + (f"×{row['epochs']}" if row.get("epochs", 1) > 1 else "")
+    n += f" +{row['failed']}✗" if row["failed"] else ""
     if row["accuracy"] is None:
         return [row["method"], n, "FAILED (every item)", "", "", ""]
     acc = f"{100 * row['accuracy']:.1f} [{100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f}]"
@@ -123,8 +124,15 @@ def legend(result: ComparisonResult) -> str:
         )
     if any(r.get("reasoning_tokens_per_item") for r in rows):
         text += "; tok/item includes reasoning tokens (see reasoning/item below)"
+    repeated = [r for r in rows if r.get("epochs", 1) > 1]
+    if repeated:
+        reducers = sorted({r["reducer"] for r in repeated})
+        text += (
+            f"; n×k: items × epochs, each item's value the {'/'.join(reducers)} of its epochs (reducer), the CI and "
+            "Δ over items (clusters), tok/item per answer"
+        )
     if any(r["failed"] for r in rows):
-        text += "; +N✗: items that failed (LM errors), left out of accuracy and tokens"
+        text += "; +N✗: answers that failed (LM errors), left out of accuracy and tokens"
     if any(r.get("reused_time") for r in rows):
         text += "; time*: includes results reused from an earlier run"
     return text + "."
@@ -144,6 +152,12 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
         line += f"; calls/item {row['calls_per_item']:.1f}"
         if row.get("reasoning_tokens_per_item"):
             line += f"; reasoning/item {row['reasoning_tokens_per_item']:,.0f}"
+        if row.get("spread"):
+            sp = row["spread"]
+            line += (
+                f"; epochs disagree on {100 * sp['disagreeing']:.0f}% of items (sd {sp['epoch_sd']:.2f} between "
+                f"epochs), sampling alone moves its accuracy ±{100 * 1.96 * sp['sampling_se']:.1f} pts"
+            )
         if row["unparsed"]:
             line += f"; unparsed {row['unparsed']} (scored wrong)"
         stats = row.get("stats") or {}
@@ -250,7 +264,7 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
         for label, r in by_label.items():
             if not r.n_scored:  # nothing measured: no point on the plot
                 continue
-            acc, lo, hi = mean_with_ci(r.scores)
+            acc, (lo, hi) = r.accuracy, r.ci
             ax.errorbar(
                 [r.tokens_per_item],
                 [acc],

@@ -39,7 +39,9 @@ from typing import Any, TypeVar
 
 import dspy
 
-from dspy_for.errors import ConfigError
+from dspy_for.datasets import dataset_info, register_jsonl
+from dspy_for.datasets.user import USER_SPLIT
+from dspy_for.errors import ConfigError, DatasetError
 from dspy_for.experiments.spec.model import (
     DatasetConfig,
     ExperimentSpec,
@@ -61,6 +63,7 @@ __all__ = [
     "parse_role_lms",
     "parse_value",
     "read_toml",
+    "task_dataset",
 ]
 
 
@@ -114,6 +117,9 @@ class Overrides:
     cache: bool | None = None
     seed: int | None = None
     num_threads: int | None = None
+    max_cost: float | None = None  # USD a run may spend
+    epochs: int | None = None  # repeats per item
+    reducer: str | None = None  # how an item's epochs make one value: mean, majority, pass_at_k
     # tracking and results
     experiment: str | None = None
     tracking_uri: str | None = None
@@ -125,7 +131,8 @@ class Overrides:
     limit: int | None = None
     first: int | None = None
     # comparisons only
-    dataset: str | None = None  # replaces the list of datasets
+    dataset: str | None = None  # replaces the list of datasets (split default: the dataset's val)
+    data: str | Path | None = None  # the user's JSONL file (question / answer per line) replaces the list of datasets
     methods: str | Sequence[str] | None = None  # "a,b,c" or a list: labels of the config's methods or method names
     baseline: str | None = None
     match_budget: bool | None = None
@@ -146,10 +153,23 @@ class Overrides:
         return cls(**overrides)
 
 
-_COMPARE_ONLY = ("dataset", "methods", "baseline", "match_budget", "sequential", "max_items")
+_COMPARE_ONLY = ("dataset", "data", "methods", "baseline", "match_budget", "sequential", "max_items")
 _SWEEP_ONLY = ("n_trials", "storage", "study")
 #: overrides that set the spec field of the same name
-_FIELDS = ("lm", "max_tokens", "cache", "seed", "num_threads", "experiment", "tracking_uri", "results_dir", "autolog")
+_FIELDS = (
+    "lm",
+    "max_tokens",
+    "cache",
+    "seed",
+    "num_threads",
+    "max_cost",
+    "epochs",
+    "reducer",
+    "experiment",
+    "tracking_uri",
+    "results_dir",
+    "autolog",
+)
 
 
 def load_spec(
@@ -203,10 +223,38 @@ def apply_overrides(spec: _Spec, o: Overrides) -> _Spec:
     return spec.with_datasets(**slicing) if slicing else spec
 
 
+def task_dataset(
+    dataset: str | None, split: str | None, data: str | Path | None, data_dir: str | None
+) -> DatasetConfig:
+    """The one dataset named by ``--dataset NAME [--split S]`` (a benchmark; split default
+    :attr:`~dspy_for.datasets.DatasetInfo.default_split`, ``val``) or by ``--data FILE.jsonl`` (the user's file,
+    read, checked and registered now by :func:`~dspy_for.datasets.register_jsonl`: a bad line fails before any LM
+    call). Exactly one of ``dataset`` and ``data`` must be given."""
+    if (dataset is None) == (data is None):
+        raise ConfigError(
+            "Give the task once: `--dataset NAME [--split S]` for a benchmark, or `--data FILE.jsonl` for your own "
+            "data (one JSON object per line with `question` and `answer`)."
+            + (" Both were given: drop one." if dataset is not None else "")
+        )
+    if data is None:
+        assert dataset is not None
+        return DatasetConfig(name=dataset, split=split or dataset_info(dataset).default_split, data_dir=data_dir)
+    for flag, value in (("--split", split), ("--data-dir", data_dir)):
+        if value is not None:
+            raise ConfigError(
+                f"`{flag}` applies to `--dataset`; with `--data FILE.jsonl` drop it (a file is one split)."
+            )
+    try:
+        info = register_jsonl(data)
+    except DatasetError as exc:
+        raise ConfigError(f"`--data`: {exc}") from None
+    return DatasetConfig(name=info.name, split=USER_SPLIT)
+
+
 def _compare_changes(spec: ExperimentSpec, o: Overrides) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if o.dataset is not None:
-        out["datasets"] = [DatasetConfig(name=o.dataset, split=o.split or "test")]
+    if o.dataset is not None or o.data is not None:
+        out["datasets"] = [task_dataset(o.dataset, o.split, o.data, o.data_dir)]
     if o.methods is not None:
         wanted = o.methods
         wanted = [w.strip() for w in wanted.split(",") if w.strip()] if isinstance(wanted, str) else list(wanted)

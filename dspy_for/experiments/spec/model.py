@@ -11,20 +11,22 @@ API keys never go in a spec: they come from the environment (``OPENAI_API_KEY``,
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import dspy
 
-from dspy_for.datasets import dataset_info, load_dataset
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import get_method
+from dspy_for.experiments.spec.checks import check_epochs_sample, check_priced
+from dspy_for.experiments.spec.data import DatasetConfig, load_examples, positive_int
+from dspy_for.experiments.spec.identity import prompts_fingerprint, stable_hash
 from dspy_for.jsonwalk import leaves, walk
 from dspy_for.judges import RUBRICS
-from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm
+from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm, is_reasoning_model, lm_defaults
+from dspy_for.lm.factory import REASONING_MAX_TOKENS, TRANSPORT_OPTIONS
+from dspy_for.stats import check_reducer
 
 __all__ = [
     "DatasetConfig",
@@ -38,46 +40,6 @@ __all__ = [
 
 DEFAULT_LM = "local/qwen2.5-coder-1.5b"
 LMSpec: TypeAlias = str | dspy.BaseLM
-# options that change how a request travels, never what it returns: not part of any result key
-_TRANSPORT_OPTIONS = ("timeout", "num_retries")
-
-
-def _positive_int(value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
-
-
-@dataclass
-class DatasetConfig:
-    name: str
-    split: str = "test"
-    limit: int | None = None
-    first: int | None = None
-    data_dir: str | None = None
-    seed: int = 0
-
-    def validate(self) -> None:
-        info = dataset_info(self.name)
-        if self.split not in info.splits:
-            raise ConfigError(
-                f"Unknown split `{self.split}` for dataset `{self.name}`. Choose one of: {', '.join(info.splits)}."
-            )
-        for key in ("limit", "first"):
-            value = getattr(self, key)
-            if value is not None:
-                _positive_int(value, f"{key}` of dataset `{self.name}")
-
-
-def load_examples(
-    dataset: DatasetConfig, split: str | None = None, *, limit: int | None = None, first: int | None = None
-) -> list[dspy.Example]:
-    """The items of ``dataset`` (or of another ``split`` of it): a seeded ``limit`` sample, then the ``first`` N."""
-    d = dataset
-    examples = load_dataset(
-        d.name, split or d.split, data_dir=d.data_dir, limit=limit if split else d.limit, seed=d.seed
-    )
-    n = first if split else d.first
-    return examples[:n] if n else examples
 
 
 @dataclass
@@ -139,6 +101,13 @@ class RunSpec:
     results_dir: str | None = None
     autolog: bool = False
     judge: JudgeConfig | None = None
+    #: USD: once the run has spent this much (priced LM calls, cache hits cost nothing), no item starts; what
+    #: finished is kept, the run says so and fails, and a later run resumes (needs every LM priced)
+    max_cost: float | None = None
+    #: repeats per item: each item runs ``epochs`` times (its own samples: :mod:`dspy_for.lm.epochs`), each a record
+    #: of its own; ``reducer`` (mean, majority, pass_at_k) makes one value per item from them
+    epochs: int = 1
+    reducer: str = "mean"
 
     #: fields that change no result (left out of fingerprints and result keys)
     NOT_RESULTS: ClassVar[tuple[str, ...]] = (
@@ -147,6 +116,9 @@ class RunSpec:
         "autolog",
         "experiment",
         "results_dir",
+        "max_cost",
+        "epochs",
+        "reducer",
     )
 
     # ------------------------------------------------------------------------------------- datasets
@@ -162,6 +134,10 @@ class RunSpec:
         """Every role of every method this run may build (for checking per-role settings)."""
         raise NotImplementedError
 
+    def _method_lms(self, role: str) -> list[LMSpec]:
+        """The LMs methods of this run give ``role`` themselves."""
+        return []
+
     # -------------------------------------------------------------------------------- LMs per role
 
     def lm_for(self, role: str, method_role_lms: Mapping[str, LMSpec] | None = None) -> LMSpec:
@@ -171,6 +147,19 @@ class RunSpec:
     def lm_options_for(self, role: str) -> dict[str, Any]:
         return {**self.lm_options, **self.role_lm_options.get(role, {})}
 
+    def lm_build_options(self, lm: str, role: str | None, temperature: float | None = None) -> dict[str, Any]:
+        """The options ``lm`` (a spec string) is built with for ``role`` (None: the options every role shares): the
+        role's LM options, the run's ``max_tokens`` (raised to :data:`~dspy_for.lm.factory.REASONING_MAX_TOKENS`
+        for a reasoning model, whose reasoning counts against it) and the sampling defaults
+        (:func:`~dspy_for.lm.lm_defaults`: temperature 1 for a reasoning model, else 0)."""
+        options = dict(self.lm_options_for(role) if role else self.lm_options)
+        if temperature is not None:
+            options["temperature"] = temperature
+        if self.max_tokens is not None and options.get("max_tokens") is None:
+            reasoning = is_reasoning_model(lm, options)
+            options["max_tokens"] = max(self.max_tokens, REASONING_MAX_TOKENS) if reasoning else self.max_tokens
+        return {**lm_defaults(lm, options), **options}
+
     def role_settings(
         self, roles: Iterable[str], method_role_lms: Mapping[str, LMSpec] | None = None
     ) -> dict[str, Any]:
@@ -178,7 +167,10 @@ class RunSpec:
         out: dict[str, Any] = {}
         for r in roles:
             lm = self.lm_for(r, method_role_lms)
-            options = {k: v for k, v in self.lm_options_for(r).items() if k not in _TRANSPORT_OPTIONS}
+            options = self.lm_options_for(r)
+            if isinstance(lm, str) and is_reasoning_model(lm, options):
+                options = self.lm_build_options(lm, r)  # the temperature and budget it runs at are not the defaults
+            options = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS}
             out[r] = {"lm": lm if isinstance(lm, str) else describe_lm(lm), **({"options": options} if options else {})}
         return out
 
@@ -204,9 +196,23 @@ class RunSpec:
         check_lm_options(self.lm_options)
         for options in self.role_lm_options.values():
             check_lm_options(options)
-        _positive_int(self.num_threads, "num_threads")
+        for r in roles:  # a reasoning model's rules (temperature 1, a large enough budget), before anything runs
+            for lm in {self.lm_for(r), *self._method_lms(r)}:
+                if isinstance(lm, str):
+                    self.lm_build_options(lm, r)
+        positive_int(self.num_threads, "num_threads")
+        cost = self.max_cost
+        number = isinstance(cost, int | float) and not isinstance(cost, bool)
+        if cost is not None and not (number and 0 < cost < float("inf")):
+            raise ConfigError(
+                f"`max_cost` is the USD a run may spend: give a positive number (e.g. --max-cost 5), got {cost!r}."
+            )
+        if cost is not None:
+            check_priced(self, roles)
+        positive_int(self.epochs, "epochs")
+        check_reducer(self.reducer)
         if self.max_tokens is not None:
-            _positive_int(self.max_tokens, "max_tokens")
+            positive_int(self.max_tokens, "max_tokens")
         return self
 
     # ------------------------------------------------------------------------------------ identity
@@ -219,7 +225,7 @@ class RunSpec:
         for k in ("lm_options", "role_lm_options"):
             if not d.get(k):
                 d.pop(k, None)
-        return _hash(d)
+        return stable_hash(d)
 
     def item_key(
         self,
@@ -239,7 +245,7 @@ class RunSpec:
         prompt edited in the library starts a fresh set of results instead of reusing stale ones.
         ``revision`` (the method's, when non-zero) does the same for a change of the method's code."""
         code = {"revision": revision} if revision else {}
-        return _hash(
+        return stable_hash(
             {
                 "roles": self.role_settings(roles, method.role_lms),
                 "max_tokens": self.max_tokens,
@@ -306,6 +312,9 @@ class ExperimentSpec(RunSpec):
         "batch_size",
         "max_total_tokens",
     )
+    #: the methods `match_budget` sizes from FOR's and CoT's measured cost (k: self-consistency, defender_sc;
+    #: N: Refine); every other method runs with its own options
+    SIZED_BY_MATCH_BUDGET: ClassVar[tuple[str, ...]] = ("self_consistency", "defender_sc", "refine")
 
     def dataset_configs(self) -> list[DatasetConfig]:
         return self.datasets
@@ -315,6 +324,9 @@ class ExperimentSpec(RunSpec):
 
     def method_roles(self) -> set[str]:
         return {r for m in self.methods for r in get_method(m.name).roles}
+
+    def _method_lms(self, role: str) -> list[LMSpec]:
+        return [m.role_lms[role] for m in self.methods if role in m.role_lms]
 
     def validate(self) -> ExperimentSpec:
         if not self.datasets:
@@ -336,44 +348,23 @@ class ExperimentSpec(RunSpec):
         if self.baseline is not None and self.baseline not in labels:
             raise ConfigError(f"`baseline` `{self.baseline}` is not a method label. Labels: {', '.join(labels)}.")
         self._validate_sequential()
+        check_epochs_sample(self)
         return self
 
     def _validate_sequential(self) -> None:
         for name in ("max_items", "batch_size", "max_total_tokens"):
             if getattr(self, name) is not None:
-                _positive_int(getattr(self, name), name)
+                positive_int(getattr(self, name), name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 1:
             raise ConfigError(f"`alpha` must be a number in (0, 1), got {self.alpha!r}.")
         if not self.sequential:
             return
         if len(self.methods) < 2:
             raise ConfigError("`sequential = true` compares methods with the baseline: give at least two methods.")
-        if self.match_budget:
+        sized = [m.label for m in self.methods if m.name in self.SIZED_BY_MATCH_BUDGET]
+        if self.match_budget and sized:
             raise ConfigError(
-                "`match_budget` sizes methods from FOR's cost over the whole run, which a sequential comparison "
-                "does not run: set `match_budget = false` (give self-consistency its `k`) or drop `sequential`."
+                f"`match_budget` sizes {', '.join(sized)} from FOR's cost over the whole run, which a sequential "
+                "comparison does not run: pass `--no-match-budget` (`match_budget = false`; then each runs with its "
+                "own `k` or `N`) or drop `sequential`."
             )
-
-
-def prompts_fingerprint(program: Any) -> str:
-    """Hash of what a program's predictors tell the LM: per named predictor its instruction, its fields
-    (name, type, description) and its demos. Two programs with the same fingerprint send the same prompts."""
-    parts = []
-    for name, predictor in program.named_predictors():
-        sig = predictor.signature
-        fields_ = [
-            (k, str(f.annotation), str((f.json_schema_extra or {}).get("desc", ""))) for k, f in sig.fields.items()
-        ]
-        parts.append(
-            {
-                "name": name,
-                "instructions": sig.instructions,
-                "fields": fields_,
-                "demos": [dict(d) for d in getattr(predictor, "demos", [])],
-            }
-        )
-    return _hash({"predictors": parts})
-
-
-def _hash(data: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]

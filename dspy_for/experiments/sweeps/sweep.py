@@ -31,7 +31,7 @@ from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 from dspy_for.experiments.sweeps.storage import make_storage, open_study, requeue_failed
-from dspy_for.experiments.sweeps.workers import SweepError, run_study
+from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent
 from dspy_for.experiments.sweeps.workers import _worker_entry as _worker_entry  # re-exported for worker scripts
 from dspy_for.experiments.tracking.datasets import log_dataset
 from dspy_for.experiments.tracking.sink import MlflowSink
@@ -63,9 +63,19 @@ class SweepResult:
         return dict(Counter(t.state.name for t in self.study.get_trials(deepcopy=False)))
 
     @property
+    def spent_usd(self) -> float:
+        """USD the sweep's trials have spent (in all its runs, cache hits free)."""
+        return study_spent(self.study)
+
+    @property
+    def stopped_by_cost(self) -> bool:
+        """``max_cost`` was reached before every trial ran (a later run with a higher one resumes)."""
+        return self.spec.max_cost is not None and self.spent_usd >= self.spec.max_cost
+
+    @property
     def ok(self) -> bool:
-        """No trial failed and the final test (if any) had no failed item."""
-        return not self.counts.get("FAIL") and not (self.final_test or {}).get("failed")
+        """No trial failed, ``max_cost`` did not stop it, and the final test (if any) had no failed item."""
+        return not self.counts.get("FAIL") and not self.stopped_by_cost and not (self.final_test or {}).get("failed")
 
 
 def sweep(

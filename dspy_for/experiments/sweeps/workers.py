@@ -20,7 +20,7 @@ from filelock import FileLock
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.datasets import content_key
 from dspy_for.errors import ConfigError, DspyForError
-from dspy_for.experiments.core import Evaluation, load_examples, prepare_run
+from dspy_for.experiments.core import Evaluation, SpendLimit, load_examples, prepare_run
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.pruning import ITEM_VALUES, incumbent_values, item_values, resolved_worse
@@ -36,6 +36,7 @@ __all__ = [
     "logger",
     "objective_value",
     "run_study",
+    "study_spent",
 ]
 
 logger = logging.getLogger("dspy_for.sweep")
@@ -98,7 +99,12 @@ class TrialObjective:
             for step, start in enumerate(range(0, len(examples), spec.chunk_size)):
                 if deadline is not None and time.monotonic() > deadline:
                     raise TrialFailed(f"stopped by the sweep's timeout after {len(ev.result.items)} items")
-                ev.feed(examples[start : start + spec.chunk_size])
+                limit = _chunk_limit(spec, trial)
+                ev.feed(examples[start : start + spec.chunk_size], limit=limit)
+                if limit is not None:
+                    trial.set_user_attr(SPENT, float(trial.user_attrs.get(SPENT, 0.0)) + limit.spent)
+                    if limit.reached:
+                        raise TrialFailed(f"max_cost ${spec.max_cost:g} reached (the sweep's spend in all)")
                 summary = summarize(ev.result)
                 _record_usage(trial, summary)
                 if summary.failed:
@@ -144,6 +150,25 @@ def objective_value(summary: Summary, objective: str) -> float:
     return float(value)
 
 
+#: the trial's user attribute that holds what its items spent (USD, cache hits free): the sweep's spend is their sum
+SPENT = "spent_usd"
+
+
+def study_spent(study: Any) -> float:
+    """USD the sweep's trials have spent so far (every worker's, from the shared storage)."""
+    return float(sum(t.user_attrs.get(SPENT, 0.0) for t in study.get_trials(deepcopy=False)))
+
+
+def _chunk_limit(spec: SweepSpec, trial: Any) -> SpendLimit | None:
+    """What the next chunk may spend: ``max_cost`` less what the sweep has spent (None: no ``max_cost``)."""
+    if spec.max_cost is None:
+        return None
+    left = spec.max_cost - study_spent(trial.study)
+    if left <= 0:
+        raise TrialFailed(f"max_cost ${spec.max_cost:g} reached (the sweep's spend in all)")
+    return SpendLimit(left)
+
+
 def _record_usage(trial: Any, summary: Summary) -> None:
     trial.set_user_attr("n_items", summary.n + summary.failed)
     trial.set_user_attr("n_failed", summary.failed)
@@ -183,6 +208,9 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None, dead
         with lock:
             recover_stale(study)
             if counted(study) >= spec.n_trials:
+                return
+            if spec.max_cost is not None and study_spent(study) >= spec.max_cost:
+                logger.error("max_cost $%g reached: no trial starts (resume with a higher max_cost)", spec.max_cost)
                 return
             trial = study.ask()
             trial.set_user_attr("worker", me)

@@ -1,0 +1,201 @@
+"""Throughput against a remote-like endpoint: ``compare`` vs ``dspy.Evaluate``, methods side by side, and a rate limit.
+
+A local OpenAI-compatible server (``dspy_for.testing.OpenAICompatibleServer``, 127.0.0.1 only) answers every call
+after ``--latency`` seconds, like a hosted model; the items are GSM8K questions read from ``DATA_DIR/gsm8k/
+train.jsonl`` (the upstream file) into a temporary JSONL, run with ``compare --data``. Each measurement is a whole
+process (interpreter start-up, imports, MLflow tracking, a fresh DSPy cache) timed from outside, so a number is what
+a user waits. The latency-bound ideal is calls × latency ÷ concurrency (the calls the server answered).
+
+1. ``evaluate``: CoT on N items at T threads, ``compare`` ÷ ``dspy.Evaluate`` (goal ≤ 1.15 at 1,319 × 64).
+2. ``methods``: a 4-method compare (single, CoT, FOR N=1 + Host, self-consistency k=4) ÷ its slowest method alone
+   (goal ≤ 1.3).
+3. ``rate-limit``: CoT at 16 threads against an endpoint that takes 4 requests in flight and answers 429 with
+   ``Retry-After: 1`` beyond: failed items (goal 0) and wall ÷ the rate-limited ideal (goal ≤ 1.5).
+
+    python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR            # all three, full size
+    python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR --quick    # small sizes (a minute)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+GOALS = {"evaluate": 1.15, "methods": 1.3, "rate-limit": 1.5}
+FOUR = "single,cot,for_n1_host,sc_k4"
+CONFIG = """experiment = "throughput"
+lm = "openai/test-model"
+lm_options = {{ api_base = "{base}" }}
+num_threads = {threads}
+baseline = "cot"
+[[methods]]
+name = "single"
+[[methods]]
+name = "cot"
+[[methods]]
+name = "for"
+label = "for_n1_host"
+options = {{ rounds = 1, host = true }}
+[[methods]]
+name = "self_consistency"
+label = "sc_k4"
+options = {{ k = 4, temperature = 0.7 }}
+"""
+
+
+# ------------------------------------------------------------------------------------------- children
+
+
+def _child_compare(args: argparse.Namespace) -> None:
+    from dspy_for.experiments import compare
+
+    result = compare(args.config, data=args.data, methods=args.methods, tracking_uri=args.tracking_uri)
+    failed = result.n_failed
+    print(json.dumps({"failed": failed, "items": sum(r.n for d in result.results.values() for r in d.values())}))
+
+
+def _child_evaluate(args: argparse.Namespace) -> None:
+    import dspy
+
+    rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
+    devset = [dspy.Example(question=r["question"], answer=str(r["answer"])).with_inputs("question") for r in rows]
+    lm = dspy.LM("openai/test-model", api_base=args.base, api_key="sk-bench", temperature=0.0, max_tokens=1024)
+    dspy.configure(lm=lm)
+    program = dspy.ChainOfThought("question -> answer: float")
+
+    def metric(example: Any, pred: Any, trace: Any = None) -> float:
+        return float(abs(float(pred.answer) - float(example.answer)) < 0.01)
+
+    out = dspy.Evaluate(devset=devset, metric=metric, num_threads=args.threads, display_progress=False)(program)
+    print(json.dumps({"failed": 0, "score": float(out.score)}))
+
+
+# ------------------------------------------------------------------------------------------- parent
+
+
+def _items(data_dir: Path, n: int, where: Path) -> Path:
+    src = data_dir / "gsm8k" / "train.jsonl"
+    if not src.is_file():
+        sys.exit(f"no GSM8K file at {src}: pass --data-dir with the upstream gsm8k/train.jsonl")
+    out = where / f"gsm8k_{n}.jsonl"
+    with src.open() as f, out.open("w") as g:
+        for line in list(f)[:n]:
+            row = json.loads(line)
+            g.write(json.dumps({"question": row["question"], "answer": row["answer"].split("####")[-1].strip()}) + "\n")
+    return out
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, *argv], env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    if proc.returncode not in (0,):
+        sys.stderr.write(proc.stderr[-3000:])
+    last = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    return wall, json.loads(last[-1]) if last else {"failed": "?"}
+
+
+def _run(
+    mode: str, server: Any, data: Path, threads: int, work: Path, methods: str = "cot"
+) -> tuple[float, dict[str, Any], int]:
+    """One child process; returns its wall time, its report and the calls the server answered."""
+    run_dir = Path(tempfile.mkdtemp(dir=work))
+    env = {
+        **os.environ,
+        "DSPY_FOR_CACHE_DIR": str(run_dir / "cache"),
+        "DSPY_CACHEDIR": str(run_dir / "dspy_cache"),
+        "OPENAI_API_KEY": "sk-bench",
+    }
+    server.reset_counters()
+    if mode == "compare":
+        config = run_dir / "throughput.toml"
+        config.write_text(CONFIG.format(base=server.base_url, threads=threads))
+        argv = [
+            "--child", "compare", "--config", str(config), "--data", str(data), "--methods", methods,
+            "--tracking-uri", f"sqlite:///{run_dir}/mlflow.db",
+        ]  # fmt: skip
+    else:
+        argv = ["--child", "evaluate", "--data", str(data), "--base", server.base_url, "--threads", str(threads)]
+    wall, report = _timed(argv, env)
+    return wall, report, len(server.responses)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", type=Path, help="Directory with the upstream gsm8k/train.jsonl.")
+    ap.add_argument("--latency", type=float, default=0.5, help="Seconds the server takes to answer each call.")
+    ap.add_argument("--quick", action="store_true", help="Small sizes: 200 × 32, 40 × 8, 24 × 16.")
+    ap.add_argument("--only", choices=sorted(GOALS), help="Run one measurement.")
+    ap.add_argument("--child", choices=["compare", "evaluate"], help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--methods", help=argparse.SUPPRESS)
+    ap.add_argument("--tracking-uri", help=argparse.SUPPRESS)
+    ap.add_argument("--base", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=16, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child == "compare":
+        return _child_compare(args)
+    if args.child == "evaluate":
+        return _child_evaluate(args)
+    if args.data_dir is None:
+        ap.error("--data-dir DATA_DIR is required (the directory holding gsm8k/train.jsonl)")
+
+    from dspy_for.testing import OpenAICompatibleServer, for_responder
+
+    sizes = {"evaluate": (200, 32), "methods": (40, 8), "rate-limit": (24, 16)} if args.quick else {
+        "evaluate": (1319, 64), "methods": (200, 16), "rate-limit": (60, 16)
+    }  # fmt: skip
+    rows: list[list[str]] = []
+    work = Path(tempfile.mkdtemp(prefix="dspy-for-throughput-"))
+    responder = for_responder("18")
+    wanted = [args.only] if args.only else ["evaluate", "methods", "rate-limit"]
+    if "evaluate" in wanted:
+        n, t = sizes["evaluate"]
+        data = _items(args.data_dir, n, work)
+        with OpenAICompatibleServer(responder, latency=args.latency) as server:
+            ev_wall, _, ev_calls = _run("evaluate", server, data, t, work)
+            cmp_wall, report, cmp_calls = _run("compare", server, data, t, work)
+        ideal = cmp_calls * args.latency / t
+        rows.append([f"CoT {n} items × {t} threads", "compare", f"{cmp_wall:.1f}", f"{ideal:.1f}", str(report["failed"]),
+                     f"{cmp_wall / ev_wall:.2f} × Evaluate ({ev_wall:.1f} s, {ev_calls} calls)", "≤ 1.15"])  # fmt: skip
+    if "methods" in wanted:
+        n, t = sizes["methods"]
+        data = _items(args.data_dir, n, work)
+        alone: dict[str, float] = {}
+        with OpenAICompatibleServer(responder, latency=args.latency) as server:
+            for m in FOUR.split(","):
+                alone[m] = _run("compare", server, data, t, work, methods=m)[0]
+            wall, report, calls = _run("compare", server, data, t, work, methods=FOUR)
+        slowest = max(alone, key=lambda m: alone[m])
+        each = ", ".join(f"{m} {w:.1f}" for m, w in alone.items())
+        rows.append([f"4 methods, {n} items × {t} threads", "compare", f"{wall:.1f}", f"{calls * args.latency / t:.1f}",
+                     str(report["failed"]), f"{wall / alone[slowest]:.2f} × slowest alone ({each} s)", "≤ 1.3"])  # fmt: skip
+    if "rate-limit" in wanted:
+        n, t = sizes["rate-limit"]
+        data = _items(args.data_dir, n, work)
+        with OpenAICompatibleServer(responder, latency=args.latency, max_in_flight=4, retry_after=1.0) as server:
+            wall, report, calls = _run("compare", server, data, t, work)
+            limited = server.rate_limited
+        ideal = calls * args.latency / 4
+        rows.append([f"CoT {n} items × {t} threads, 4 in flight", "compare", f"{wall:.1f}", f"{ideal:.1f}",
+                     str(report["failed"]), f"{wall / ideal:.2f} × ideal ({limited} × 429)", "0 failed, ≤ 1.5"])  # fmt: skip
+    header = ["what", "run", "wall s", "ideal s", "failed", "ratio", "goal"]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(f"latency {args.latency} s per call; each run a whole process, fresh caches")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+if __name__ == "__main__":
+    main()
