@@ -293,3 +293,41 @@ register_method(
         defaults={"N": 3, "threshold": 1.0},
     )
 )
+
+
+# The two papers as their authors ran them: the same modules with the papers' own prompts and settings, so either
+# can be measured beside the project's version (docs/for_prompting.md, docs/prorefine.md: what differs and why).
+register_method(
+    module_method(
+        "for_paper",
+        FORPrompting,
+        "FOR-Prompting as in the paper (arXiv 2510.01674): Table 3 role prompts, every revision taken, no guard, "
+        "N = 1 + Host.",
+        roles={"defender": "defender_lm", "debater": "debater_lm", "host": "host_lm"},
+        # Table 3 (Appendix A.1) prompts verbatim; Algorithm 1 takes every revision A_r; a Debater that asks
+        # questions only by prompt alone (no guard); one round with the Host, the paper's small-model GSM8K setting
+        # (Section 5.2)
+        fixed={
+            "prompts": "paper",
+            "keep_unless_error": False,
+            "debater_mode": "questions",
+            "guard": False,
+            "rounds": 1,
+            "host": True,
+        },
+    )
+)
+register_method(
+    module_method(
+        "prorefine_paper",
+        ProRefine,
+        "ProRefine as in the official code (arXiv 2506.05305): its feedback and optimizer prompts, 10 tokens per "
+        "step up to 250, every rewrite taken; verifier.",
+        roles={"task": "task_lm", "feedback": "feedback_lm", "optimizer": "optimizer_lm", "verifier": "verifier_lm"},
+        # the official prompts (deepakpandita57/ProRefine_public, prorefine.py); its schedule: tokens_per_step = 10,
+        # total_tokens_to_generate = 250, i.e. step i capped at 10·i for 250 // 10 = 25 steps; no rewrite guard
+        fixed={"prompts": "paper", "k": 10, "n": 25, "guard": False},
+        python_only=("metric",),
+        uses_labels=lambda options: options.get("verifier") == "oracle",
+    )
+)

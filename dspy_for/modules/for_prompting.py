@@ -10,6 +10,24 @@ Algorithm 1 of the paper::
 
 Nothing in a round's prompts depends on N, so with DSPy's cache a run with N = 1, 2 after an N = 3 run
 costs only the Host call.
+
+Two sets of role prompts (``prompts=``): the project's (``for_signatures``: step-by-step work every round, a
+Defender that changes its answer only for an error it can name) and the paper's own, Table 3 of arXiv
+2510.01674 (Appendix A.1), quoted verbatim. With the paper's, each role gets only what the paper's loop needs:
+
+* Defender, A_0: the task; it writes its answer out (``reasoning``), then the typed outputs ("a single final
+  answer at the end, clearly marked").
+* Debater, O_r: the task, A_{r-1} and the questions already asked (it asks only new ones); a list of questions.
+  Not the project's ``unused_numbers`` hint.
+* Defender, A_r: the same Table 3 prompt, with the original task, A_{r-1}, the earlier question/reply pairs and
+  the new questions (the paper's Defender "conditions its next response on all previous question-answer pairs
+  and the newly issued questions"); one reply per question, then the answer again in full. No ``error_found``:
+  the paper's loop takes every revision. (With ``keep_unless_error=True``, which is not the paper's loop, the
+  typed ``error_found`` / ``error`` are added, since that rule reads them.)
+* Host, A*: the task and the role-tagged dialogue, without the project's error fields.
+
+The registry's ``for_paper`` is this module with ``prompts="paper"``, ``keep_unless_error=False`` (every
+revision taken) and ``guard=False`` (questions-only by prompt alone; violations are still counted).
 """
 
 from __future__ import annotations
@@ -41,6 +59,8 @@ class FORPrompting(PerRoleLMs):
 
     Args:
         signature: any DSPy signature (string or class), as for ``dspy.ChainOfThought``.
+        prompts: the role prompts: ``"project"`` (:mod:`~dspy_for.modules.for_signatures`) or ``"paper"`` (Table 3
+            of the paper, verbatim, with only the fields its loop needs: see the module docstring).
         rounds: N, the number of Debater → Defender rounds (0 = the Defender's first answer only).
         host: synthesize the final answer with the Host from the whole dialogue; else A* = A_N.
         stop: ``"fixed"`` (paper: always N rounds), ``"no_questions"`` (stop when the Debater has nothing
@@ -77,6 +97,7 @@ class FORPrompting(PerRoleLMs):
         debater_mode: Literal["questions", "free"] = "questions",
         guard: bool = True,
         keep_unless_error: bool = True,
+        prompts: Literal["project", "paper"] = "project",
         defender_lm: Any = None,
         debater_lm: Any = None,
         host_lm: Any = None,
@@ -96,13 +117,17 @@ class FORPrompting(PerRoleLMs):
         self.rounds, self.use_host, self.stop = rounds, host, stop
         self.patience, self.token_budget = patience, token_budget
         self.debater_mode, self.guard = debater_mode, guard and debater_mode == "questions"
-        self.keep_unless_error = keep_unless_error
+        self.keep_unless_error, self.prompts = keep_unless_error, prompts
 
-        self.defender = dspy.Predict(S.defender_signature(self.signature))
-        self.revise = dspy.Predict(S.revise_signature(self.signature))
-        free = S.Debater.with_instructions(S.DEBATER_FREE_INSTRUCTIONS)
-        self.debater = dspy.Predict(S.Debater if debater_mode == "questions" else free)
-        self.host = dspy.Predict(S.host_signature(self.signature))
+        sigs = S.role_signatures(
+            self.signature, prompts, debater_mode=debater_mode, guard=self.guard, keep_unless_error=keep_unless_error
+        )
+        # whether revisions name errors (typed error_found / error), and the Host is shown them
+        self._named_errors = "error_found" in sigs.revise.output_fields
+        self.defender = dspy.Predict(sigs.defender)
+        self.revise = dspy.Predict(sigs.revise)
+        self.debater = dspy.Predict(sigs.debater)
+        self.host = dspy.Predict(sigs.host)
         self.defender.lm = self.revise.lm = resolve_lm(defender_lm)
         self.debater.lm = resolve_lm(debater_lm)
         self.host.lm = resolve_lm(host_lm)
@@ -149,13 +174,14 @@ class FORPrompting(PerRoleLMs):
         questions: list[str] = []
         for attempt in range(2 if self.guard else 1):
             private: list[Any] | None = [] if attempt == 0 and self.guard else None  # its own trace: may be rejected
-            kwargs = {
+            offered = {
                 "task": d.task,
                 "current_answer": current,
                 "unused_numbers": unused,
                 "asked_questions": list(d.asked),
                 "rejected": rejected,
             }
+            kwargs = {k: v for k, v in offered.items() if k in self.debater.signature.input_fields}
             try:
                 with role(T.DEBATER), dspy.context(trace=private) if private is not None else nullcontext():
                     out = await calls.predict(self.debater, kwargs)
@@ -194,8 +220,8 @@ class FORPrompting(PerRoleLMs):
             responses = [str(x) for x in (out.get("responses") or [])]
             found = bool(out.get("error_found"))
             keep = self._keeps_previous(_fields(out, d.outputs), found, d.answers[-1])
-            error = str(out.get("error") or "")
-            fields = {"responses": responses, "error_found": found, "error": error, **revised, "kept_previous": keep}
+            named = {"error": str(out.get("error") or "")} if self._named_errors else {}
+            fields = {"responses": responses, "error_found": found, **named, **revised, "kept_previous": keep}
             d.record(T.DEFENDER, T.REVISION, r, fields)
             answer = d.answer if keep else revised
         d.exchanges.append((r, questions, responses))
@@ -211,7 +237,14 @@ class FORPrompting(PerRoleLMs):
         if self.use_host:
             try:
                 with role(T.HOST), _later_turn_parsing():
-                    out = await calls.predict(self.host, {**d.inputs, "dialogue": _render_dialogue(d.trajectory)})
+                    # the paper's Host reads every Debater item the Defender got; the project's, only those that
+                    # kept the questions-only rules (as its stored runs did)
+                    shown = {
+                        "named_errors": self._named_errors,
+                        "hide_violations": self.prompts == "project" or self.guard,
+                    }
+                    dialogue = _render_dialogue(d.trajectory, **shown)
+                    out = await calls.predict(self.host, {**d.inputs, "dialogue": dialogue})
                 final = _fields(out, d.outputs)
                 d.record(T.HOST, T.SYNTHESIS, d.rounds_used, _fields(out, ["reasoning", *d.outputs]))
             except AdapterParseError as exc:  # an unreadable synthesis: the final answer is A_N
@@ -314,20 +347,25 @@ def _render_exchanges(exchanges: list[tuple[int, list[str], list[str]]]) -> str:
     return "\n".join(lines)
 
 
-def _render_dialogue(trajectory: list[T.ForTurn]) -> str:
+def _render_dialogue(trajectory: list[T.ForTurn], *, named_errors: bool = True, hide_violations: bool = True) -> str:
+    """The role-tagged dialogue the Host reads. Without ``named_errors``, a revision's ``error_found`` (which the
+    Defender was not asked for) is left out; without ``hide_violations``, every Debater item is shown, including
+    those that broke the questions-only rules."""
+    hidden = ("responses", "kept_previous") if named_errors else ("responses", "kept_previous", "error_found")
     lines = []
     for t in trajectory:
         f = t["fields"]
         if t["type"] == T.ANSWER:
             lines.append(f"[Defender, A0]\n{_render_answer(f)}")
         elif t["type"] == T.QUESTIONS:
-            accepted = [q for q in f["questions"] if q not in f.get("violations", {})]
+            violations = f.get("violations", {}) if hide_violations else {}
+            accepted = [q for q in f["questions"] if q not in violations]
             if accepted:
                 lines.append(f"[Debater, round {t['round']}]\n" + "\n".join(f"- {q}" for q in accepted))
         elif t["type"] == T.REVISION and "parse_error" in f:
             lines.append(f"[Defender, A{t['round']}]\n(no readable reply: the previous answer stands)")
         elif t["type"] == T.REVISION:
-            body = {k: v for k, v in f.items() if k not in ("responses", "kept_previous")}
+            body = {k: v for k, v in f.items() if k not in hidden}
             replies = "\n".join(f"- {x}" for x in f.get("responses", []))
             kept = "\n(this answer changed without a named error, so the previous answer stands)"
             note = kept if f.get("kept_previous") else ""

@@ -14,6 +14,16 @@ The final outputs come from the task LM with p* at full length (reusing o_i when
 end-of-sequence). An optional verifier gates refinement: ``"llm"`` asks a judge LM whether the initial
 answer is correct (no labels); ``"oracle"`` uses the metric against the gold label (an upper bound,
 marked ``label_using``).
+
+``prompts="paper"`` sends the official feedback and optimizer prompts (the authors' public implementation,
+quoted in ``prorefine_signatures``) with the inputs the official code gives them: the feedback role sees the input
+and the output (not the prompt) and returns its feedback alone ("the output is correct" when it is); the optimizer
+sees the task prompt and the feedback, thinks step by step and sends the improved prompt between
+``<IMPROVED_PROMPT>`` tags. Everything else is the same module: typed roles, the verifier modes, the i·k schedule,
+the end-of-sequence stop. The official schedule, 10 tokens per step up to 250, is ``k=10, n=25`` (step i is
+capped at i·k; the official loop runs 250 // 10 steps of ``max_new_tokens = cur_tokens + 10``). The registry's
+``prorefine_paper`` is this module with those prompts, that schedule and ``guard=False`` (every rewrite taken, as
+the official code takes it).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import Usage, role, track_usage
 from dspy_for.metrics import numeric_match
+from dspy_for.modules import prorefine_signatures as S
 from dspy_for.modules import trajectory as T
 from dspy_for.modules.guard import numbers_in
 from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
@@ -73,7 +84,9 @@ def _word_runs(text: str, size: int) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + size]) for i in range(len(words) - size + 1)}
 
 
-def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, output: str = "") -> str | None:
+def rejection_reason(
+    proposed: str, prompt: str, *, task: str, feedback: str, output: str = "", instructions: str | None = None
+) -> str | None:
     """Why an optimizer rewrite cannot become the task prompt, or None if it can.
 
     A task prompt must stay general. Small optimizer LMs tend to paste the problem, its numbers or the
@@ -81,7 +94,7 @@ def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, ou
     in a number of this problem, its feedback or its partial output that the current prompt does not have
     (``"problem_numbers"``), or when it copies a run of eight or more words of the feedback
     (``"copies_feedback"``) or of the optimizer's own instructions outside its quoted examples of good
-    guidance (``"copies_instructions"``).
+    guidance (``"copies_instructions"``; ``instructions``: the optimizer's, default the project's).
     """
     if not proposed.strip():
         return "empty"
@@ -91,7 +104,8 @@ def rejection_reason(proposed: str, prompt: str, *, task: str, feedback: str, ou
     runs = _word_runs(proposed, _COPY_WORDS) - _word_runs(prompt, _COPY_WORDS)
     if runs & _word_runs(feedback, _COPY_WORDS):
         return "copies_feedback"
-    if runs & _word_runs(re.sub(r'"[^"]*"', " ", Optimizer.__doc__ or ""), _COPY_WORDS):  # quoted examples may be used
+    own = Optimizer.__doc__ if instructions is None else instructions
+    if runs & _word_runs(re.sub(r'"[^"]*"', " ", own or ""), _COPY_WORDS):  # quoted examples may be used
         return "copies_instructions"
     return None
 
@@ -116,6 +130,10 @@ class ProRefine(dspy.Module):
         history: ``"stateless"`` (paper default) or ``"chat"`` (the optimizer sees all earlier prompts and
             feedback).
         task_module: ``"cot"`` (``dspy.ChainOfThought``'s signature: reasoning, then the outputs) or ``"predict"``.
+        prompts: the feedback and optimizer prompts: ``"project"`` (reworded for small models, see
+            ``prorefine_signatures``) or ``"paper"`` (the official implementation's, verbatim).
+        guard: reject an optimizer rewrite that pastes the problem, its numbers or the feedback
+            (:func:`rejection_reason`); ``False`` takes every non-empty rewrite, as the official code does.
         metric: the oracle's metric ``(example, prediction) -> bool`` (default: numeric answer match).
         task_lm, feedback_lm, optimizer_lm, verifier_lm: per-role LMs (default: the configured LM).
     """
@@ -129,6 +147,8 @@ class ProRefine(dspy.Module):
         history: Literal["stateless", "chat"] = "stateless",
         *,
         task_module: Literal["cot", "predict"] = "cot",
+        prompts: Literal["project", "paper"] = "project",
+        guard: bool = True,
         metric: Any = None,
         task_lm: Any = None,
         feedback_lm: Any = None,
@@ -145,17 +165,20 @@ class ProRefine(dspy.Module):
             raise ConfigError(f"`history` must be 'stateless' or 'chat', got {history!r}.")
         if task_module not in ("cot", "predict"):
             raise ConfigError(f"`task_module` must be 'cot' or 'predict', got {task_module!r}.")
+        if prompts not in ("project", "paper"):
+            raise ConfigError(f"`prompts` must be 'project' or 'paper', got {prompts!r}.")
         self.signature = ensure_signature(signature)
         self.k, self.n, self.verifier_mode, self.history_mode = k, n, verifier, history
-        self.task_module = task_module
+        self.task_module, self.prompts, self.guard = task_module, prompts, guard
         self.uses_labels = verifier == "oracle"
         self.metric = numeric_match if metric is None else metric
         # with "cot" the task predictor is exactly dspy.ChainOfThought's, so the unrefined answer is the CoT
         # baseline's answer (same messages, same cache entry) and any difference is refinement's doing
         task_sig = dspy.ChainOfThought(self.signature).predict.signature if task_module == "cot" else self.signature
         self.task = dspy.Predict(task_sig)
-        self.feedback = dspy.Predict(Feedback)
-        self.optimizer = dspy.Predict(Optimizer)
+        paper = prompts == "paper"
+        self.feedback = dspy.Predict(S.PaperFeedback if paper else Feedback)
+        self.optimizer = dspy.Predict(S.paper_optimizer_signature(history=history == "chat") if paper else Optimizer)
         self.verifier = dspy.Predict(Verifier)
         self.task.lm, self.feedback.lm = resolve_lm(task_lm), resolve_lm(feedback_lm)
         self.optimizer.lm, self.verifier.lm = resolve_lm(optimizer_lm), resolve_lm(verifier_lm)
@@ -213,9 +236,14 @@ class ProRefine(dspy.Module):
         return initial if right else None
 
     async def _feedback(self, calls: T.Calls, prompt: str, inputs: dict[str, Any], output: _TaskOutput) -> Any:
-        """f_i: the feedback role's critique of the partial output o_i (``feedback`` and ``is_correct``)."""
+        """f_i: the feedback role's critique of the partial output o_i (``feedback`` and ``is_correct``; with the
+        official prompts, which return the feedback alone, ``is_correct`` is read from the phrase they prescribe)."""
+        task = render_task(self.signature, inputs)
         with role("feedback"):
-            kwargs = {"task": render_task(self.signature, inputs), "prompt": prompt, "partial_output": output["text"]}
+            if self.prompts == "paper":
+                fb = await calls.predict(self.feedback, {"input": task, "output": output["text"]})
+                return dspy.Prediction(feedback=fb.feedback, is_correct=S.paper_feedback_is_correct(fb.feedback))
+            kwargs = {"task": task, "prompt": prompt, "partial_output": output["text"]}
             return await calls.predict(self.feedback, kwargs)
 
     async def _optimize(
@@ -234,11 +262,23 @@ class ProRefine(dspy.Module):
         if self.history_mode == "chat" and steps:
             history = "\n\n".join(f"prompt {s['step']}: {s['prompt']}\nfeedback: {s['feedback']}" for s in steps)
         with role("optimizer"):
-            kwargs = {"prompt": prompt, "feedback": str(fb.feedback), "history": history}
-            proposed = clean_prompt((await calls.predict(self.optimizer, kwargs)).improved_prompt)
-        rejected = rejection_reason(
-            proposed, prompt, task=render_task(self.signature, inputs), feedback=str(fb.feedback), output=output["text"]
-        )
+            if self.prompts == "paper":
+                kwargs = {"task_prompt": prompt, "feedback": str(fb.feedback)}
+                if self.history_mode == "chat":
+                    kwargs["history"] = history
+                reply = (await calls.predict(self.optimizer, kwargs)).improved_prompt
+                proposed = clean_prompt(S.between_tags(reply, S.PAPER_PROMPT_TAG))
+            else:
+                kwargs = {"prompt": prompt, "feedback": str(fb.feedback), "history": history}
+                proposed = clean_prompt((await calls.predict(self.optimizer, kwargs)).improved_prompt)
+        if self.guard:
+            instructions = S.PAPER_OPTIMIZER_INSTRUCTIONS if self.prompts == "paper" else None
+            task = render_task(self.signature, inputs)
+            rejected = rejection_reason(
+                proposed, prompt, task=task, feedback=str(fb.feedback), output=output["text"], instructions=instructions
+            )
+        else:  # every rewrite is taken, except an empty one: it cannot be a prompt
+            rejected = None if proposed.strip() else "empty"
         return {
             "step": i,
             "prompt": prompt,

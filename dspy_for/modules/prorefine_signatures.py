@@ -11,13 +11,28 @@ keep the task sentence and *add* general guidance changed it in most replayed st
 run, 12 of 75 BBH steps: most feedback called the output correct, and the guard rejected 13 rewrites).
 The feedback prompt says the output is cut off on purpose (otherwise a small judge mostly complains that
 the output is incomplete).
+
+The official prompts themselves (``ProRefine(prompts="paper")``) are :data:`PAPER_FEEDBACK_INSTRUCTIONS` and
+:data:`PAPER_OPTIMIZER_INSTRUCTIONS`, quoted from the authors' public implementation, with the inputs the
+official code sends each role.
 """
 
 from __future__ import annotations
 
 import dspy
 
-__all__ = ["Feedback", "Optimizer", "Verifier"]
+__all__ = [
+    "PAPER_FEEDBACK_INSTRUCTIONS",
+    "PAPER_OPTIMIZER_INSTRUCTIONS",
+    "Feedback",
+    "Optimizer",
+    "PaperFeedback",
+    "PaperOptimizer",
+    "Verifier",
+    "between_tags",
+    "paper_feedback_is_correct",
+    "paper_optimizer_signature",
+]
 
 
 class Feedback(dspy.Signature):
@@ -58,3 +73,82 @@ class Verifier(dspy.Signature):
     task: str = dspy.InputField(desc="The task inputs.")
     answer: str = dspy.InputField(desc="The model's full answer, with its reasoning.")
     correct: bool = dspy.OutputField(desc="True if the final answer is correct.")
+
+
+# ---------------------------------------------------------------------------------- the official prompts
+
+# Quoted from the authors' public implementation of ProRefine (Pandita et al., arXiv 2506.05305):
+# github.com/deepakpandita57/ProRefine_public, prorefine.py, FEEDBACK_SYSTEM_PROMPT and OPTIMIZATION_SYSTEM_PROMPT
+# (the paper's text gives no prompt wording). Each is the string the official code sends as the role's system
+# prompt — its "\n" escapes and line breaks, and the spaces before some line breaks, kept — except for a stray
+# leading '"' (both are written as four-quote literals, `""""You are ...`), which is left out.
+PAPER_FEEDBACK_INSTRUCTIONS = (
+    "You are a smart language model that evaluates the output of a language model for a given input.\n\n"
+    "You do not propose new output, only evaluate the given output critically, think step-by-step, and give very "
+    "concise feedback to improve the output. \n"
+    "Ensure your feedback is correct and factual.\n\n"
+    "This is very important, if the output is correct do not provide any feedback, respond with 'the output is "
+    "correct'.\n\n"
+    "Give your response by sending the feedback only. The text you send will be used directly.\n\n"
+)
+PAPER_OPTIMIZER_INSTRUCTIONS = (
+    "You are part of an optimization system that improves the input prompt given to a large language model.\n\n"
+    "You are given a feedback for the model output. Your goal is to use this feedback to improve the input prompt. \n"
+    "The feedback may be noisy, identify what is important and what is correct. Pay attention to the constraints "
+    "mentioned in the input prompt.\n\n"
+    "This is very important. You MUST make sure that the improved prompt does not deviate substantially from the "
+    "input prompt and is generalizable for the task. \n"
+    "If the input prompt cannot be improved further, your response should be the input prompt as is.\n\n"
+    "Think step-by-step and send the improved prompt between tags <IMPROVED_PROMPT> improved prompt "
+    "</IMPROVED_PROMPT>. \n"
+    "The text you send between the tags will be used directly to replace the system prompt for a large language "
+    "model.\n\n\n"
+)
+#: what the official feedback prompt tells the model to answer when the output is correct
+PAPER_CORRECT = "the output is correct"
+#: the tag the official optimizer prompt asks the improved prompt to be sent between
+PAPER_PROMPT_TAG = "IMPROVED_PROMPT"
+
+
+# f_i = LLM_feedback(q, o_i) as the official code asks it: the input, then the output (its `Input: ...` and
+# `Output: ...` messages); the feedback alone comes back (whether it found the output correct is read from the
+# phrase the prompt prescribes: paper_feedback_is_correct).
+class PaperFeedback(dspy.Signature):
+    __doc__ = PAPER_FEEDBACK_INSTRUCTIONS
+
+    input: str = dspy.InputField(desc="The input given to the language model.")
+    output: str = dspy.InputField(desc="The language model's output.")
+    feedback: str = dspy.OutputField(desc="The feedback only.")
+
+
+# p* = LLM_optimizer(p*, f_i) as the official code asks it (its `Task prompt: ...` and `Feedback: ...` messages):
+# step-by-step thinking, then the improved prompt (read between its tags when the model writes them: between_tags).
+class PaperOptimizer(dspy.Signature):
+    __doc__ = PAPER_OPTIMIZER_INSTRUCTIONS
+
+    task_prompt: str = dspy.InputField(desc="The input prompt given to the language model.")
+    feedback: str = dspy.InputField(desc="The feedback for the model output.")
+    reasoning: str = dspy.OutputField(desc="Your step-by-step thinking.")
+    improved_prompt: str = dspy.OutputField(
+        desc=f"The improved prompt, between tags <{PAPER_PROMPT_TAG}> improved prompt </{PAPER_PROMPT_TAG}>."
+    )
+
+
+def paper_optimizer_signature(*, history: bool = False) -> type[dspy.Signature]:
+    """The official optimizer's signature; ``history`` adds the earlier prompts and feedback (``history="chat"``,
+    not the official code's)."""
+    if not history:
+        return PaperOptimizer
+    return PaperOptimizer.append("history", dspy.InputField(desc="Earlier prompts and their feedback, or 'none'."), str)
+
+
+def paper_feedback_is_correct(feedback: str) -> bool:
+    """Whether official-prompt feedback says the output is correct (the phrase that prompt prescribes)."""
+    return PAPER_CORRECT in " ".join(str(feedback or "").lower().split())
+
+
+def between_tags(text: str, tag: str) -> str:
+    """The text between ``<tag>`` and ``</tag>``, stripped; all of ``text`` when it has no ``<tag>`` (as the official
+    code's ``extract_text_between_tags`` does)."""
+    parts = str(text or "").split(f"<{tag}>")
+    return parts[1].split(f"</{tag}>")[0].strip() if len(parts) > 1 else str(text or "")

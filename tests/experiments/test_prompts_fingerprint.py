@@ -51,6 +51,9 @@ FINGERPRINTS = [
     ("for", "{}", "question -> answer: float", "523ab975314d"),
     ("for", "{}", "question -> answer: int", "fd9cd7454d5c"),
     ("for", "{}", "question -> answer: str", "6ce0bf9334e2"),
+    ("for_paper", "{}", "question -> answer: float", "544b16ca97ce"),
+    ("for_paper", "{}", "question -> answer: int", "d9efc03b9a55"),
+    ("for_paper", "{}", "question -> answer: str", "ee788220b72f"),
     ("prorefine", '{"k": 32, "n": 2, "verifier": "llm"}', "question -> answer: float", "0cbf8cee35c3"),
     ("prorefine", '{"k": 32, "n": 2, "verifier": "llm"}', "question -> answer: int", "dd739ef51570"),
     ("prorefine", '{"k": 32, "n": 2, "verifier": "llm"}', "question -> answer: str", "7ce2b08706f0"),
@@ -69,6 +72,10 @@ FINGERPRINTS = [
     ("prorefine", "{}", "question -> answer: float", "0cbf8cee35c3"),
     ("prorefine", "{}", "question -> answer: int", "dd739ef51570"),
     ("prorefine", "{}", "question -> answer: str", "7ce2b08706f0"),
+    ("prorefine_paper", "{}", "question -> answer: float", "4f13398951d6"),
+    ("prorefine_paper", "{}", "question -> answer: int", "1fa395111426"),
+    ("prorefine_paper", "{}", "question -> answer: str", "b41e862453bf"),
+    ("prorefine_paper", '{"verifier": "llm"}', "question -> answer: int", "1fa395111426"),
     ("refine", "{}", "question -> answer: float", "27596970ed0d"),
     ("refine", "{}", "question -> answer: int", "34f1af293d97"),
     ("refine", "{}", "question -> answer: str", "ed7f409da815"),
@@ -85,6 +92,37 @@ FINGERPRINTS = [
 def test_prompts_of_shipped_methods_are_unchanged(method, options, signature, expected):
     program = build_method(method, signature, **json.loads(options))
     assert prompts_fingerprint(program) == expected
+
+
+# The papers' own versions beside the project's (experiments/for_paper.toml, experiments/prorefine_paper.toml):
+# each config's project-side methods are found at the keys their stored per-item results have, so a run replays
+# them and only the paper's method calls an LM; the paper's method gets its own key (its prompts differ).
+PAPER_CONFIGS = {
+    "for_paper.toml": (
+        "experiments/results/for",
+        {"for_n1_host": ("110de833a8f4", 100), "for_paper": ("c46540c58bf9", 0)},
+    ),
+    "prorefine_paper.toml": (
+        "experiments/results/prorefine",
+        {"cot": ("952c873d23ec", 50), "prorefine_llm": ("66e40d15d782", 50), "prorefine_paper": ("040bfc2188ce", 0)},
+    ),
+}
+
+
+@pytest.mark.parametrize("config_name", list(PAPER_CONFIGS))
+def test_the_paper_configs_reuse_the_stored_results_of_the_projects_methods(config_name):
+    from dspy_for.experiments.core import ResultStore
+    from dspy_for.experiments.spec.config import load_spec
+
+    root = Path(__file__).resolve().parents[2]
+    spec = load_spec(root / "experiments" / config_name)
+    results_dir, expected = PAPER_CONFIGS[config_name]
+    assert spec.results_dir == results_dir and len(spec.datasets) == 1
+    d = spec.datasets[0]
+    assert {m.label: _run_key(spec, d, m) for m in spec.methods} == {k: v[0] for k, v in expected.items()}
+    for m in spec.methods:
+        stored = ResultStore.in_dir(root / spec.results_dir, d.name, d.split, m.label, expected[m.label][0]).load()
+        assert len(stored) >= expected[m.label][1], m.label
 
 
 # The committed per-item results of experiments/prorefine_measure.toml, as the run path names them: a change to
