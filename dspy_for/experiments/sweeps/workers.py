@@ -78,7 +78,8 @@ class TrialObjective:
             incumbent,
             maximize=OBJECTIVES[objective] == "maximize",
             alpha=self.spec.alpha,
-            binary=objective in ("accuracy", "judged_accuracy"),
+            binary=objective in ("accuracy", "judged_accuracy")
+            and (self.spec.epochs == 1 or self.spec.reducer != "mean"),
         )
 
     def __call__(self, trial: Any) -> Any:

@@ -139,6 +139,7 @@ def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor
     metadata.update(
         {
             "dspy_for.item_id": _cut(item.id, _MAX_METADATA),
+            "dspy_for.epoch": str(item.epoch),
             "dspy_for.label": _cut(ctx.label, _MAX_METADATA),
             "dspy_for.method": ctx.method,
             "dspy_for.dataset": _cut(ctx.dataset, _MAX_METADATA),
@@ -150,6 +151,7 @@ def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor
     tags = {
         compat.TRACE_NAME: ctx.label,
         "dspy_for.item": _cut(item.id, _MAX_TAG),
+        "dspy_for.epoch": str(item.epoch),  # one trace per epoch of an item (epochs = k)
         "dspy_for.outcome": kind,
         "dspy_for.reused": str(landed.reused).lower(),
         **({"dspy_for.reused_from": reused_from} if reused_from else {}),
