@@ -16,16 +16,17 @@ __all__ = ["hide_password", "is_secret_key", "redact", "redact_obj"]
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|bearer|credential)", re.I)
 _SECRET_VALUE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|(?:hf|ghp|gho|xox[bap])_[A-Za-z0-9]{8,}|AKIA[0-9A-Z]{12,})")
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\"]{6,}")
-_USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "tokens"}
 
 
 def is_secret_key(name: str) -> bool:
-    """Whether an option or parameter name looks like it holds a secret (``api_key``, ``token``, ...)."""
-    return bool(_SECRET_KEY.search(name)) and name not in _USAGE_KEYS and not name.endswith("_tokens")
+    """The one rule for names that hold a secret — LM options, config keys, MLflow params, environment variables:
+    a name with ``api_key`` (``apikey``, ``api-key``), ``token``, ``secret``, ``password``, ``authorization``,
+    ``bearer`` or ``credential`` in it, any case; but not a count of tokens (``max_tokens``, any ``*tokens``)."""
+    return bool(_SECRET_KEY.search(name)) and not name.lower().endswith("tokens")
 
 
 def _secret_env_values() -> list[str]:
-    return [v for k, v in os.environ.items() if _SECRET_KEY.search(k) and v and len(v) >= 6]
+    return [v for k, v in os.environ.items() if is_secret_key(k) and v and len(v) >= 6]
 
 
 def redact(text: str) -> str:

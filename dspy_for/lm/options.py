@@ -13,6 +13,7 @@ from dspy_for.compat.dspy import is_openai_reasoning_model
 from dspy_for.errors import ConfigError, ModelNotFoundError
 from dspy_for.lm.pricing import parse_price
 from dspy_for.lm.registry import get_model, list_models
+from dspy_for.secrets import is_secret_key
 
 __all__ = [
     "DEFAULT_LOCAL_TIMEOUT",
@@ -88,21 +89,13 @@ def check_lm_spec(spec: str) -> None:
         )
 
 
-def _is_secret_key(key: str) -> bool:
-    """``api_key``, ``*secret*``, ``*password*``, ``*token*`` — but not token counts (``max_tokens``)."""
-    k = key.lower().replace("-", "_")
-    if any(marker in k for marker in ("api_key", "apikey", "secret", "password")):
-        return True
-    return "token" in k and not k.endswith("tokens")
-
-
 def check_lm_options(options: Mapping[str, Any]) -> None:
     """Validate LM options (as given to :func:`make_lm`) without building anything.
 
     Type-checks the known options (``timeout``, ``num_retries``, ``max_retry_wait``, ``max_connections``,
     ``price``, ``api_base``, ``temperature``, ``max_tokens``, ``prompt_cache``) and refuses any secret-looking key
-    (``api_key``, ``*token*``, ``*secret*``, ``*password*``): keys come from the environment only. Other litellm
-    options pass through.
+    (:func:`~dspy_for.secrets.is_secret_key`: ``api_key``, ``*token*``, ``*secret*``, ...): keys come from the
+    environment only. Other litellm options pass through.
     """
     if options is None:
         return
@@ -111,7 +104,7 @@ def check_lm_options(options: Mapping[str, Any]) -> None:
     for key in options:
         if not isinstance(key, str):
             raise ConfigError(f"LM option names must be strings, got {key!r}.")
-        if _is_secret_key(key):
+        if is_secret_key(key):
             raise ConfigError(f"Do not pass `{key}` as an LM option: {_KEY_FIX}.")
     if "timeout" in options:
         t = options["timeout"]
