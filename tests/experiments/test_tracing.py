@@ -239,11 +239,15 @@ def test_prorefine_calls_are_named_after_their_steps(live):
 
 
 def test_a_trace_is_written_as_its_item_lands(live):
-    """While the second item runs, the first item's trace is already in the store."""
+    """While the second item runs, the first item's trace is in the store (written by the sink's writer thread
+    moments after the item landed, without holding up the items)."""
     seen: list[int] = []
 
     def watching(messages, max_tokens):
         if FAIL_ON in user_text(messages) and not seen:  # the second item's first call
+            deadline = time.monotonic() + 10
+            while not _traces_of(live.run_ids[-1]) and time.monotonic() < deadline:
+                time.sleep(0.05)
             seen.append(len(_traces_of(live.run_ids[-1])))
         return responder(messages, max_tokens)
 

@@ -6,11 +6,17 @@ core closes it — however the run ended — the run gets the summary's metrics 
 summary.summarize`), ``items.jsonl`` and ``trajectories.jsonl``, and its end status: FINISHED, FAILED (every
 item failed, or the run raised) or KILLED (Ctrl-C, SIGTERM). Everything is written by run id through
 ``MlflowClient`` (safe from threads and worker processes). A tracing failure is a warning, never an error.
+
+Traces are written by a writer thread of the sink's own, in batches (each trace's info, then every span of the
+batch in one store call), so the threads waiting on the LM never wait on the tracking store; closing the sink
+waits for every trace of its records to be written.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments.core.summary import summarize
@@ -24,6 +30,9 @@ __all__ = ["MlflowSink", "item_rows"]
 
 logger = logging.getLogger("dspy_for.tracing")
 
+_BATCH = 64  # the most traces written in one go
+_CLOSE = object()  # put last: the writer stops after writing what came before it
+
 
 class MlflowSink:
     """See the module docstring. ``end_run``: whether closing ends the MLflow run (False: its owner ends it,
@@ -33,6 +42,8 @@ class MlflowSink:
         self.run, self.run_id, self.end_run, self.trace = run, run_id, end_run, trace
         self._context: Any = None
         self._trace_errors = 0
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._writer: threading.Thread | None = None
         if trace:
             try:
                 self._context = traces.trace_context(run, run_id)
@@ -40,15 +51,39 @@ class MlflowSink:
                 self._warn(exc)
 
     def add(self, landed: Landed) -> None:
-        if self._context is None or self._trace_errors > 3:  # a store that keeps refusing: stop trying
+        if self._context is None:
             return
-        try:
-            traces.log_item_trace(self._context, landed)
-        except Exception as exc:
-            self._trace_errors += 1
-            self._warn(exc, landed.item.id)
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write, name="dspy-for-traces", daemon=True)
+            self._writer.start()
+        self._queue.put(landed)
+
+    def _write(self) -> None:
+        """The writer thread: traces in batches of what has landed since the last write, until closed."""
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            landed = [x for x in batch if x is not _CLOSE]
+            if landed and self._trace_errors <= 3:  # a store that keeps refusing: stop trying
+                try:
+                    traces.log_item_traces(self._context, landed)
+                except Exception as exc:
+                    self._trace_errors += 1
+                    self._warn(exc, ", ".join(x.item.id for x in landed[:3]) + ("…" if len(landed) > 3 else ""))
+            for _ in batch:
+                self._queue.task_done()
+            if len(landed) < len(batch):
+                return
 
     def close(self, result: MethodResult, status: RunStatus) -> None:
+        if self._writer is not None:  # every trace of the run's records is written before the run ends
+            self._queue.put(_CLOSE)
+            self._writer.join()
+            self._writer = None
         client = store.client()
         summary = summarize(result)
         try:

@@ -69,6 +69,7 @@ __all__ = [
     "TraceContext",
     "log_dataset",
     "log_item_trace",
+    "log_item_traces",
     "outcome",
     "outcome_assessments",
     "trace_context",
@@ -100,18 +101,32 @@ def trace_context(run: PreparedRun, run_id: str) -> TraceContext:
 
 def log_item_trace(ctx: TraceContext, landed: Landed, *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS) -> None:
     """Write the trace of one landed record (see the module docstring); raises if the store refuses it."""
-    info, spans = _build_trace(ctx, landed, assessors)
+    log_item_traces(ctx, [landed], assessors=assessors)
+
+
+def log_item_traces(
+    ctx: TraceContext, landed: Sequence[Landed], *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS
+) -> None:
+    """Write the traces of several landed records: each trace's info, then the spans of all of them in one store
+    call (MLflow groups them by trace); raises if the store refuses them."""
     client = ctx.client if ctx.client is not None else compat.tracing_client()
-    info = compat.start_trace(client, info)
-    if not spans:  # no measured time to put a span on: an empty span list (MLflow skips a trace with none stored)
-        compat.upload_spans(client, info, [])
+    built = [
+        (compat.start_trace(client, info), spans) for info, spans in (_build_trace(ctx, x, assessors) for x in landed)
+    ]
+    for info, spans in built:
+        if not spans:  # no measured time to put a span on: an empty span list (MLflow skips a trace with none stored)
+            compat.upload_spans(client, info, [])
+    spans = [s for _, trace_spans in built for s in trace_spans]
+    if not spans:
         return
     try:
         compat.log_spans(client, str(ctx.experiment_id), spans)
     except Exception as exc:
         if not (isinstance(exc, NotImplementedError) or "not supported" in str(exc)):
             raise
-        compat.upload_spans(client, info, spans)  # a store that keeps spans as artifacts (a file store, an old server)
+        for info, trace_spans in built:  # a store that keeps spans as artifacts (a file store, an old server)
+            if trace_spans:
+                compat.upload_spans(client, info, trace_spans)
 
 
 def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor]) -> tuple[TraceInfo, list[Span]]:
