@@ -41,6 +41,7 @@ import dspy
 import platformdirs
 from dspy.utils.callback import with_callbacks
 
+from dspy_for._offline import apply_offline_defaults
 from dspy_for.compat.dspy import (
     UsageKeepingCache,
     acall_once,
@@ -117,7 +118,7 @@ def configure_cache(directory: str | os.PathLike[str] | None = None) -> str:
     cache (also a plain ``dspy.LM``): cache hits then report the original call's tokens.
     """
     global _configured_dir
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    apply_offline_defaults()
     if directory is None:
         directory = os.environ.get(CACHE_DIR_ENV)
     if directory is None:

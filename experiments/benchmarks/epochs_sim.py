@@ -20,11 +20,9 @@ right or nearly always wrong, as on GSM8K); each epoch is an independent draw. T
 from __future__ import annotations
 
 import argparse
-import os
 import random
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
+import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any LM client is imported)
 from dspy_for.stats import PairedSequentialTest, clustered_interval, paired_comparison, wilson_interval
 
 ALPHA = 0.05

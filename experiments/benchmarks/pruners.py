@@ -29,9 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from dspy_for.errors import DspyForError  # after the offline cost map is set: it imports no LM client
+import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any LM client is imported)
+from dspy_for.errors import DspyForError
 
 PRUNERS = ("median", "paired")
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any LM client is imported)
 
 GOALS = {"evaluate": 1.15, "methods": 1.3, "rate-limit": 1.5}
 FOUR = "single,cot,for_n1_host,sc_k4"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -34,8 +33,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import binom
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
+import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any LM client is imported)
 from dspy_for.stats import BettingConfidenceSequence, calibrated_threshold, discordant_log_e, replay
 
 NULL = (0.0, 0.26)  # (accuracy difference, discordant rate)

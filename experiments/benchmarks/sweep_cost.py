@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any LM client is imported)
 
 TARGET = 1.15
 WORDS = [

@@ -20,15 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import dspy
 
+import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any LM client is imported)
 from dspy_for import make_lm
 from dspy_for.datasets import load_dataset
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, evaluate, prepare_run

@@ -23,17 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import random
 import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import dspy
 from tqdm import tqdm
 
+import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any LM client is imported)
 from dspy_for import make_lm
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import require

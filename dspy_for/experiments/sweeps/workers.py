@@ -17,6 +17,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from dspy_for._offline import apply_offline_defaults
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.datasets import content_key
 from dspy_for.errors import ConfigError, DspyForError
@@ -261,7 +262,7 @@ def _worker_entry(
 ) -> None:
     """A worker process: ``spec`` is the sweep's spec, ``deadline_in`` the seconds left of the sweep's timeout."""
     os.chdir(cwd)
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    apply_offline_defaults()
     if not logger.handlers:  # a spawned worker: its progress lines go to stderr like the parent's
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter(f"[worker {os.getpid()}] %(message)s"))
