@@ -5,11 +5,33 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from dspy_for.cli_common import console, fail, failed_run, interrupted_exit, print_whole, show_progress
+from dspy_for.cli_common import (
+    LM_HELP,
+    DataDirOpt,
+    DataOpt,
+    EpochsOpt,
+    JudgeLmOpt,
+    LmOpt,
+    LmOptionOpt,
+    MaxCostOpt,
+    ReducerOpt,
+    RoleLmOpt,
+    RoleLmOptionOpt,
+    ThreadsOpt,
+    TrackingUriOpt,
+    console,
+    fail,
+    failed_run,
+    interrupted_exit,
+    method_options,
+    print_whole,
+    run_overrides,
+    show_progress,
+)
 from dspy_for.cli_models import models_app, serve
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
@@ -19,8 +41,8 @@ from dspy_for.experiments.advisor.report import advice_lines
 from dspy_for.experiments.comparison import compare as run_compare
 from dspy_for.experiments.core.prepare import prepare_program
 from dspy_for.experiments.reports.sweep import final_test_line, trials_table
-from dspy_for.experiments.reports.table import error_lines, rich_tables
-from dspy_for.experiments.spec.config import Overrides, parse_value
+from dspy_for.experiments.reports.table import error_lines, rich_tables, spend_lines
+from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import SweepError
 from dspy_for.experiments.sweeps import sweep as run_sweep
 from dspy_for.experiments.tracking.ui import serve_ui
@@ -34,63 +56,6 @@ app = typer.Typer(
 )
 app.command()(serve)
 app.add_typer(models_app, name="models")
-
-LM_HELP = "LM spec for every role: a litellm model string (openai/gpt-4.1-mini) or local/<name>."
-ROLE_LM_HELP = "Per-role LM, ROLE=SPEC (repeatable), e.g. --role-lm debater=local/qwen2.5-coder-0.5b."
-LM_OPTION_HELP = "LM option for every role, KEY=VALUE (repeatable): api_base, timeout (s), num_retries, temperature."
-JUDGE_LM_HELP = "LM that grades every item (judged accuracy; reasoning, coherence, holistic); sets `[judge] lm`."
-ROLE_LM_OPTION_HELP = "LM option for one role, ROLE:KEY=VALUE (repeatable), e.g. host:api_base=http://h:8000/v1."
-
-
-# the options every run command takes, declared once (their meaning lives in experiments/config.py)
-LmOpt = Annotated[str | None, typer.Option(help=LM_HELP)]
-RoleLmOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)]
-LmOptionOpt = Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)]
-RoleLmOptionOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)]
-JudgeLmOpt = Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)]
-DataDirOpt = Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")]
-TrackingUriOpt = Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")]
-ThreadsOpt = Annotated[
-    int | None, typer.Option(help="Parallel items: 8-32 for a remote endpoint, 1 for the local server (serial).")
-]
-MaxCostOpt = Annotated[
-    float | None, typer.Option(help="USD the run may spend; then no item starts (what finished is kept; resumable).")
-]
-DataOpt = Annotated[
-    Path | None, typer.Option(help="Your task: JSONL, one {question, answer} per line (instead of --dataset).")
-]
-
-
-def _run_overrides(
-    lm: str | None,
-    role_lm: list[str] | None,
-    lm_option: list[str] | None,
-    role_lm_option: list[str] | None,
-    judge_lm: str | None,
-    data_dir: str | None,
-    tracking_uri: str | None,
-) -> Overrides:
-    """The flags every run command shares (declared once above as ``LmOpt``, ``RoleLmOpt``, ...) as overrides."""
-    return Overrides(
-        lm=lm,
-        role_lms=role_lm,
-        lm_options=lm_option,
-        role_lm_options=role_lm_option,
-        judge_lm=judge_lm,
-        data_dir=data_dir,
-        tracking_uri=tracking_uri,
-    )
-
-
-def _options(pairs: list[str] | None) -> dict[str, Any]:
-    """``--option KEY=VALUE`` pairs, each value read as TOML would (true, 3, 0.7, "text")."""
-    out = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise DspyForError(f"`--option` takes KEY=VALUE (e.g. --option rounds=3), got {pair!r}.")
-        out[key.strip()] = parse_value(value.strip())
-    return out
 
 
 # ------------------------------------------------------------------------------------------- ask
@@ -121,7 +86,7 @@ def ask(
             question, gold = examples[sample].question, examples[sample].answer
         if not question:
             raise DspyForError("Give a QUESTION argument or `--sample N`.")
-        opts = _options(option)
+        opts = method_options(option)
         if rounds is not None:
             opts["rounds"] = rounds
         overrides = Overrides(
@@ -178,13 +143,15 @@ def compare(
     autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
     threads: ThreadsOpt = None,
     max_cost: MaxCostOpt = None,
+    epochs: EpochsOpt = None,
+    reducer: ReducerOpt = None,
     results_dir: Annotated[
         str | None, typer.Option(help="Where per-item results are kept for resume (default mlruns/compare/items).")
     ] = None,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
     overrides = replace(
-        _run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
+        run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
         dataset=dataset,
         data=data,
         split=split,
@@ -198,6 +165,8 @@ def compare(
         autolog=autolog or None,
         num_threads=threads,
         max_cost=max_cost,
+        epochs=epochs,
+        reducer=reducer,
         results_dir=results_dir,
     )
     show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
@@ -212,11 +181,14 @@ def compare(
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}")
     browse = "dspy-for ui" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
     console.print(f"MLflow run {result.run_id}; browse with: {browse}", soft_wrap=True, markup=False)
+    for line in spend_lines(result):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     if not result.ok:
         what = f"{result.n_failed} item(s) failed" + (
             f", {result.judge_errors} not graded by the judge" if result.judge_errors else ""
         )
-        failed_run(error_lines(result), what + ".")
+        errors = result.n_failed or result.judge_errors or any(result.errors.values())
+        failed_run(error_lines(result), what + "." if errors else "", stopped_by_cost=result.stopped_by_cost)
 
 
 # ----------------------------------------------------------------------------------------- sweep
@@ -242,10 +214,12 @@ def sweep(
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
     threads: ThreadsOpt = None,
     max_cost: MaxCostOpt = None,
+    epochs: EpochsOpt = None,
+    reducer: ReducerOpt = None,
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
     overrides = replace(
-        _run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
+        run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
         n_trials=n_trials,
         storage=storage,
         study=study,
@@ -253,6 +227,8 @@ def sweep(
         first=first,
         num_threads=threads,
         max_cost=max_cost,
+        epochs=epochs,
+        reducer=reducer,
     )
     show_progress("dspy_for.sweep", "dspy_for.optimizers", "dspy_for.experiments")  # chunks, trials, compile steps
     try:
@@ -268,10 +244,15 @@ def sweep(
     if result.final_test:
         console.print(final_test_line(result.final_test))
     console.print(f"MLflow parent run {result.parent_run_id} (* = best trial)")
+    if result.spec.max_cost is not None:
+        reached = ": reached, no trial starts" if result.stopped_by_cost else ""
+        console.print(f"spent ${result.spent_usd:.4f} of max_cost ${result.spec.max_cost:g}{reached}", markup=False)
     if not result.ok:
         failed = result.counts.get("FAIL", 0)
         lines = [f"final test: {n} item(s) failed: {e}" for e, n in (result.final_test or {}).get("errors", {}).items()]
-        failed_run(lines, f"{failed} trial(s) failed (re-run on resume)." if failed else "The final test had errors.")
+        what = f"{failed} trial(s) failed (re-run on resume)." if failed else "The final test had errors."
+        errors = failed or (result.final_test or {}).get("failed")
+        failed_run(lines, what if errors else "", stopped_by_cost=result.stopped_by_cost)
 
 
 # ---------------------------------------------------------------------------------------- advise
@@ -310,6 +291,8 @@ def advise(
     ] = None,
     threads: ThreadsOpt = None,
     max_cost: MaxCostOpt = None,
+    epochs: EpochsOpt = None,
+    reducer: ReducerOpt = None,
 ) -> None:
     """Which method should you run with your LM on your task, at your token budget? Stops as soon as it is resolved."""
     show_progress("dspy_for.advise", "dspy_for.experiments")
@@ -335,6 +318,8 @@ def advise(
                 num_threads=threads,
                 budget_usd=budget_usd,
                 max_cost=max_cost,
+                epochs=epochs,
+                reducer=reducer,
             )
     except DspyForError as exc:
         fail(exc)
@@ -345,7 +330,9 @@ def advise(
     browse = "dspy-for ui" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
     console.print(f"MLflow run {result.run_id}; browse with: {browse}", soft_wrap=True, markup=False)
     if not result.ok:
-        failed_run([], f"{result.n_failed} item(s) failed, {len(result.could_not_run)} method(s) could not run.")
+        errors = result.n_failed or result.could_not_run
+        what = f"{result.n_failed} item(s) failed, {len(result.could_not_run)} method(s) could not run."
+        failed_run([], what if errors else "", stopped_by_cost=result.stopped_by_cost)
 
 
 # -------------------------------------------------------------------------------------------- ui

@@ -161,3 +161,31 @@ def test_unset_flags_leave_the_library_defaults(monkeypatch):
     monkeypatch.setattr(cli, "run_advise", fake)
     runner.invoke(app, ["advise", "--lm", "openai/x", "--data", "my.jsonl"])
     assert seen["num_threads"] is None and seen["max_cost"] is None and seen["budget_usd"] is None
+    assert seen["epochs"] is None and seen["reducer"] is None
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep", "advise"])
+def test_epochs_and_reducer_flags_reach_the_library_call(monkeypatch, command):
+    import dspy_for.cli as cli
+    from dspy_for.errors import ConfigError
+
+    seen: dict[str, object] = {}
+
+    def fake(*args, overrides=None, **kwargs):
+        o = overrides or (args[1] if len(args) > 1 else None)
+        seen.update({"epochs": o.epochs, "reducer": o.reducer} if o is not None else kwargs)
+        raise ConfigError("stop here")
+
+    target = {"compare": "run_compare", "sweep": "run_sweep", "advise": "run_advise"}[command]
+    monkeypatch.setattr(cli, target, fake)
+    head = ["advise", "--lm", "openai/x", "--data", "my.jsonl"] if command == "advise" else [command, "x.toml"]
+    result = runner.invoke(app, [*head, "--epochs", "4", "--reducer", "majority"])
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert seen["epochs"] == 4 and seen["reducer"] == "majority"
+
+
+def test_epochs_and_reducer_are_explained_in_the_help():
+    for command in ("compare", "sweep", "advise"):
+        text = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.split())
+        assert "repeats per item (each its own sample; needs a sampling temperature)" in text.lower(), command
+        assert "mean (default), majority, pass_at_k" in text, command

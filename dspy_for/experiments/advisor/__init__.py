@@ -3,15 +3,17 @@
 1. **Candidates** (:mod:`.candidates`): every registered method that reads no gold label — single, CoT,
    self-consistency (fixed k and stopping on agreement), FOR N = 1 + Host, ProRefine, Refine, Defender
    self-consistency, the cascade — or those ``methods`` names. Self-consistency's k and Refine's N are sized from
-   CoT's measured tokens per item: k = ⌊budget / CoT's tokens per item⌋.
-2. **Pilot**: each candidate runs the first ``pilot`` items of one seeded order; one over the budget (its measured
-   tokens per item > ``budget``) is dropped with that reason. No candidate left: an error naming ``--budget``.
+   CoT's measured cost: k = ⌊budget / CoT's tokens per item⌋, the budget lowered to what ``budget_usd`` buys at
+   CoT's $/item when that is less (:mod:`.candidates`).
+2. **Pilot**: each candidate runs the first ``pilot`` items of one seeded order; one over a budget (its measured
+   tokens per item > ``budget``, or USD per item > ``budget_usd``) is dropped with that reason. No candidate left:
+   an error naming ``--budget`` / ``--budget-usd`` (:mod:`.budget`; ``budget_usd`` needs every LM priced).
 3. **Rounds** (:mod:`.rounds`): the rest run the next items batch by batch, every pair tested by an anytime-valid
    paired test (:class:`dspy_for.stats.PairedSequentialTest`) at α / pairs (Bonferroni: the error rate α holds over
    every pair tested). A candidate resolved worse than another is dropped. It stops when one is left (resolved best),
-   when the rest are within ±``margin`` of the leader (the cheapest wins), or at ``max_items`` / ``timeout`` (the
-   leader, unresolved).
-4. **Answer** (:mod:`.report`): the recommendation with its accuracy (Wilson CI), tokens per item, its paired test
+   when the rest are within ±``margin`` of the leader (the cheapest wins), or at ``max_items`` / ``timeout`` /
+   ``max_cost`` (the leader, unresolved). With ``epochs`` > 1 and the mean reducer the tests are the bounded ones.
+4. **Answer** (:mod:`.report`): the recommendation with its accuracy (Wilson CI), tokens and $ per item, its paired test
    against the runner-up and the items used; every candidate's fate; the frontier plot; an MLflow parent run with one
    child per candidate; and the Python line that builds the recommended module.
 

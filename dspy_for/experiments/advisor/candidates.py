@@ -5,18 +5,22 @@ Settings (a *candidate* is a label, a registry method and its options):
 
 =============================  ====================================================================
 ``single``, ``cot``            as registered
-``self_consistency``           k CoT samples, majority vote; k = ⌊budget / CoT's tokens per item⌋ (≥ 2)
+``self_consistency``           k CoT samples, majority vote; k = ⌊sizing budget / CoT's tokens per item⌋ (≥ 2)
 ``self_consistency_agreement`` the same with ``stop="agreement"``: stops sampling once the vote is settled, k the cap
 ``defender_sc``                self-consistency over FOR's Defender prompt, ``stop="agreement"``, k sized the same way
 ``for``                        FOR N = 1 + Host (``rounds=1, host=True``)
 ``prorefine``                  as registered (``verifier="none"``: no gold label)
-``refine``                     ``dspy.Refine`` over CoT, N = ⌊budget / CoT's tokens per item⌋ attempts (a cap)
+``refine``                     ``dspy.Refine`` over CoT, N = ⌊sizing budget / CoT's tokens per item⌋ attempts (a cap)
 ``cascade``                    as registered (Defender samples → more samples → FOR's debate, only on disagreement)
 =============================  ====================================================================
 
-Any other registered method (e.g. one a user registered) is a candidate at its defaults. Without a budget, k and
-N keep the registry's defaults. A method whose options read the gold label (ProRefine's oracle verifier) is never a
-candidate: it cannot be deployed.
+The *sizing budget* (tokens per item) is the token budget; with ``budget_usd`` (USD per item) and CoT's measured
+USD per item it is min(budget, budget_usd / CoT's $/item × CoT's tokens per item) — the tokens the dollars buy at
+CoT's rate (a free CoT, e.g. a local model, leaves it at the token budget). Without either budget, k and N keep
+the registry's defaults.
+
+Any other registered method (e.g. one a user registered) is a candidate at its defaults. A method whose options read
+the gold label (ProRefine's oracle verifier) is never a candidate: it cannot be deployed.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import get_method, list_methods
 from dspy_for.experiments.spec import RunSpec
 
-__all__ = ["Candidate", "python_line", "select_candidates", "sized_options", "spec_line"]
+__all__ = ["Candidate", "python_line", "select_candidates", "sized_options", "sizing_budget", "spec_line"]
 
 
 @dataclass(frozen=True)
@@ -106,17 +110,51 @@ def select_candidates(methods: str | Sequence[str] | None) -> list[Candidate]:
     return chosen
 
 
-def sized_options(c: Candidate, budget: float | None, cot_tokens: float | None) -> tuple[dict[str, Any] | None, str]:
-    """``c``'s options with its sized option set from the budget (``(None, reason)`` when the budget leaves too
-    few samples or attempts), and how it was sized (empty when nothing was)."""
+def sizing_budget(
+    budget: float | None, budget_usd: float | None, cot_tokens: float | None, cot_cost: float | None
+) -> tuple[float | None, str]:
+    """The sizing budget in tokens per item (module docstring) and the flag that sets it (``--budget`` or
+    ``--budget-usd``); ``(None, "")`` when neither budget bounds it."""
+    by_usd = None
+    if budget_usd is not None and cot_tokens is not None and cot_cost is not None and cot_cost > 0:
+        by_usd = budget_usd / cot_cost * cot_tokens
+    if by_usd is not None and (budget is None or by_usd < budget):
+        return by_usd, "--budget-usd"
+    return (budget, "--budget") if budget is not None else (None, "")
+
+
+def _floor(x: float) -> int:
+    """⌊x⌋ of a ratio of measured numbers, a ratio within 1e-9 of an integer counted as it (0.0003 / 0.0001 is 3)."""
+    return math.floor(x * (1 + 1e-9))
+
+
+def sized_options(
+    c: Candidate,
+    budget: float | None,
+    cot_tokens: float | None,
+    *,
+    budget_usd: float | None = None,
+    cot_cost: float | None = None,
+) -> tuple[dict[str, Any] | None, str]:
+    """``c``'s options with its sized option set from the sizing budget (module docstring; ``(None, reason)`` when
+    it leaves too few samples or attempts), and how it was sized (empty when nothing was)."""
     options = dict(c.options)
-    if c.sized is None or budget is None:
+    if c.sized is None or (budget is None and budget_usd is None):
         return options, ""
     if cot_tokens is None or not cot_tokens > 0:
         return None, "not sized: CoT's cost could not be measured on the pilot (every item failed)"
-    n = math.floor(budget / cot_tokens)
+    tokens, flag = sizing_budget(budget, budget_usd, cot_tokens, cot_cost)
+    if tokens is None:  # only --budget-usd, and CoT costs nothing (or has no price): dollars do not bound it
+        cot = "costs $0/item" if cot_cost is not None else "has no $/item (an LM without a price)"
+        return options, f"not sized: CoT {cot}, so `--budget-usd` leaves {c.sized} at its default"
+    if flag == "--budget-usd" and budget_usd is not None and cot_cost is not None:
+        n = _floor(budget_usd / cot_cost)
+        source = f"${budget_usd:g} / CoT's ${cot_cost:.3g} per item on the pilot"
+        how = f"{c.sized} = ⌊{source}⌋ = {n} (--budget-usd: {tokens:,.0f} tokens/item at CoT's rate)"
+    else:
+        n = _floor(tokens / cot_tokens)
+        how = f"{c.sized} = ⌊{tokens:,.0f} / {cot_tokens:,.0f}⌋ = {n} (budget / CoT's tokens per item on the pilot)"
     least = 2 if c.sized == "k" else 1
-    how = f"{c.sized} = ⌊{budget:,.0f} / {cot_tokens:,.0f}⌋ = {n} (budget / CoT's tokens per item on the pilot)"
     if n < least:
         return None, f"over budget: {how}; it needs {c.sized} ≥ {least}"
     return {**options, c.sized: n}, how

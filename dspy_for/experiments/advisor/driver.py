@@ -3,7 +3,8 @@
 Flow: options → one validated :class:`~dspy_for.experiments.spec.ExperimentSpec` (every candidate, LM, role and
 option checked before any LM call) → the items in one seeded order → an MLflow parent run → the pilot (CoT first:
 its cost sizes k and N; each candidate prepared by the run path, run on the pilot's items, its records stored for
-resume, dropped if over budget) → the rounds (:mod:`.rounds`) → the answer (:mod:`.report`).
+resume, dropped if over budget: :mod:`.budget`) → the rounds (:mod:`.rounds`) → the answer (:mod:`.report`). One
+:class:`~dspy_for.experiments.core.SpendLimit` (``max_cost``) covers every item the session starts, pilot and rounds.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ import dspy
 
 from dspy_for.datasets import signature_for
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.advisor.candidates import Candidate, select_candidates, sized_options, spec_line
+from dspy_for.experiments.advisor.budget import check_priced_for_budget, no_fit_error, over_budget
+from dspy_for.experiments.advisor.candidates import (
+    Candidate,
+    select_candidates,
+    sized_options,
+    sizing_budget,
+    spec_line,
+)
 from dspy_for.experiments.advisor.report import frontier_figure, log_advice
 from dspy_for.experiments.advisor.result import (
     FAILED,
@@ -33,10 +41,11 @@ from dspy_for.experiments.advisor.result import (
     SIZING,
     Advice,
     CandidateOutcome,
+    dollars_per_item,
 )
 from dspy_for.experiments.advisor.rounds import Rounds
 from dspy_for.experiments.comparison import prepare_tracked
-from dspy_for.experiments.core import Evaluation, ResultStore, load_examples
+from dspy_for.experiments.core import Evaluation, MethodResult, ResultStore, SpendLimit, load_examples
 from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.sequential import seeded_order
@@ -79,10 +88,13 @@ def advise(
     num_threads: int | None = None,
     budget_usd: float | None = None,
     max_cost: float | None = None,
+    epochs: int | None = None,
+    reducer: str | None = None,
     experiment: str = "advise",
     progress: bool = True,
 ) -> Advice:
-    """Which method to run with ``lm`` on a task at ``budget`` tokens per item (package docstring).
+    """Which method to run with ``lm`` on a task at ``budget`` tokens (and/or ``budget_usd`` USD) per item (package
+    docstring).
 
     The task: ``dataset`` and ``split`` (default ``val``) of a benchmark, or ``data``, a JSONL file with
     ``question`` and ``answer`` per line; ``first``: only its first N items (before the seeded order: e.g. the
@@ -90,7 +102,10 @@ def advise(
     that reads no gold label). ``max_items`` / ``timeout`` (seconds) bound the rounds; ``margin`` (accuracy as a
     fraction, 0.05 = 5 points) is the difference below which two methods count as equally good; ``alpha`` is the
     error rate over all the pairs tested. ``pilot``: items that measure each candidate's cost; ``batch_size``:
-    items per round. Bad input fails with :class:`~dspy_for.errors.ConfigError` before any LM call.
+    items per round. ``max_cost`` (USD): once the session has spent it no item starts and the leader so far is
+    recommended, unresolved (``stopped_by_cost``; a re-run resumes). ``epochs``: runs per item (each its own
+    sample), made one value by ``reducer`` (mean, majority, pass_at_k). Bad input fails with
+    :class:`~dspy_for.errors.ConfigError` before any LM call (``budget_usd`` with an LM that has no price too).
     """
     started = time.monotonic()
     _check_numbers(budget=budget, margin=margin, timeout=timeout, pilot=pilot, budget_usd=budget_usd)
@@ -112,11 +127,15 @@ def advise(
         seed=seed,
         num_threads=num_threads,
         max_cost=max_cost,
+        epochs=epochs,
+        reducer=reducer,
         experiment=experiment,
         tracking_uri=tracking_uri,
         results_dir=results_dir,
     )
     spec = load_spec(base, overrides)
+    if budget_usd is not None:
+        check_priced_for_budget(spec)
     order = seeded_order(load_examples(d), spec.seed)[: spec.max_items or None]
     deadline = started + timeout if timeout is not None else math.inf
 
@@ -125,6 +144,8 @@ def advise(
 
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
     settings = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
+    if budget_usd is not None:  # (only when given: the directory of an answer without it keeps its name)
+        settings["budget_usd"] = budget_usd
     advice = _new_advice(spec, d, settings, root / "advise", pilot_items=min(pilot, len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
     parent = advice.run_id = store.start_run(f"advise-{d.name}", spec.experiment, tags=tags)
@@ -160,10 +181,12 @@ def _new_advice(
         split=d.split,
         signature=signature_for(d.name),
         budget=settings["budget"],
+        budget_usd=settings.get("budget_usd"),
         margin=settings["margin"],
         alpha=spec.alpha,
         pilot_items=pilot_items,
         run_dir=run_dir,
+        spend=SpendLimit(spec.max_cost),
     )
 
 
@@ -207,7 +230,8 @@ class _Session:
     ) -> None:
         self.spec, self.d, self.order, self.parent, self.advice = spec, d, order, parent, advice
         self.items_dir, self.progress, self.expired = items_dir, progress, expired
-        assert advice.run_dir is not None
+        assert advice.run_dir is not None and advice.spend is not None
+        self.limit = advice.spend
         self.run_dir = advice.run_dir
         self.stack: ExitStack | None = None
         self.evaluations: dict[str, Evaluation] = {}
@@ -229,23 +253,26 @@ class _Session:
                 margin=a.margin,
                 batch_size=self.spec.batch_size,
                 expired=self.expired,
+                limit=self.limit,
+                kind="bounded" if self.spec.epochs > 1 and self.spec.reducer == "mean" else "binary",
             )
             ending = rounds.run()
             a.pairs, a.pair_alpha = rounds.pair_outcomes(), rounds.pair_alpha
             a.recommended, a.resolved, a.how = ending.label, ending.resolved, ending.how
+            a.stopped_by_cost = rounds.stopped_by_cost
 
     def pilot(self, chosen: list[Candidate]) -> None:
-        """Measure every candidate on the pilot's items, CoT first (its tokens per item size k and N)."""
+        """Measure every candidate on the pilot's items, CoT first (its tokens and $ per item size k and N)."""
         a, items = self.advice, self.order[: self.advice.pilot_items]
-        budget = a.budget
-        if budget is not None and any(c.sized for c in chosen) and not any(c.label == "cot" for c in chosen):
+        budgets = a.budget is not None or a.budget_usd is not None
+        if budgets and any(c.sized for c in chosen) and not any(c.label == "cot" for c in chosen):
             sizing = CandidateOutcome("cot", "cot", {}, status=SIZING, reason="run on the pilot to size k and N")
             a.candidates.append(sizing)
             ev = self.open(MethodConfig(name="cot", label="cot"), sizing)
             if ev is not None:
-                ev.feed(items, stop=lambda _r: self.expired())
+                ev.feed(items, stop=lambda _r: self.expired(), limit=self.limit)
                 sizing.result = ev.result
-                a.cot_tokens = ev.result.tokens_per_item if ev.result.n_scored else None
+                self._sized_by(ev.result)
                 self.close("cot")
         for c in sorted(chosen, key=lambda c: c.label != "cot"):
             out = CandidateOutcome(c.label, c.method, dict(c.options))
@@ -253,49 +280,45 @@ class _Session:
             if self.expired():
                 out.status, out.reason = NOT_RUN, "not measured: the timeout came first"
                 continue
-            options, out.sized = sized_options(c, budget, a.cot_tokens)
+            options, out.sized = sized_options(c, a.budget, a.cot_tokens, budget_usd=a.budget_usd, cot_cost=a.cot_cost)
             if options is None:  # too few samples or attempts fit; or CoT, which sizes them, could not be measured
                 out.status, out.reason = OVER_BUDGET if a.cot_tokens is not None else FAILED, out.sized
+                if out.status == OVER_BUDGET:
+                    out.over = [sizing_budget(a.budget, a.budget_usd, a.cot_tokens, a.cot_cost)[1]]
                 continue
             out.options = options
             ev = self.open(MethodConfig(name=c.method, label=c.label, options=options), out)
             if ev is None:
                 continue
-            ev.feed(items, stop=lambda _r: self.expired())
+            ev.feed(items, stop=lambda _r: self.expired(), limit=self.limit)
             r = out.result = ev.result
-            if c.label == "cot" and r.n_scored:
-                a.cot_tokens = r.tokens_per_item
+            if c.label == "cot":
+                self._sized_by(r)
+            over, out.over = over_budget(r, a.budget, a.budget_usd) if r.n_scored else ("", [])
             if not r.n_scored:
                 error = next(iter(r.error_counts()), "")
                 out.status = FAILED if r.n_failed else NOT_RUN
-                out.reason = (
-                    f"every pilot item failed: {error}" if r.n_failed else "not measured: the timeout came first"
-                )
-            elif budget is not None and r.tokens_per_item > budget:
-                out.status = OVER_BUDGET
-                cost = f"{r.tokens_per_item:,.0f} tokens/item on the pilot's {r.n_scored} item(s)"
-                out.reason = f"{cost} > budget {budget:,.0f}"
+                out.reason = f"every pilot item failed: {error}" if r.n_failed else self._not_measured()
+            elif over:
+                out.status, out.reason = OVER_BUDGET, over
             else:
                 self.evaluations[c.label] = ev
                 continue
             logger.info("%s dropped after the pilot: %s", c.label, out.reason)
             self.close(c.label)
-        self._check_any_fits()
+        no_fit = None if self.evaluations else no_fit_error(a)
+        if no_fit is not None:  # bad input, found by measuring (the pilot's records are stored: a re-run reuses them)
+            raise no_fit
 
-    def _check_any_fits(self) -> None:
-        """No candidate within the budget and none failed: the budget is too small for this LM and task (bad input,
-        found by measuring; what the pilot measured is stored, so a run with a larger budget reuses it)."""
-        a = self.advice
-        if self.evaluations or a.budget is None or any(c.status not in (OVER_BUDGET, SIZING) for c in a.candidates):
-            return
-        measured = [c for c in a.candidates if c.status == OVER_BUDGET and c.measured and c.result is not None]
-        costs = sorted((c.result.tokens_per_item, c.label) for c in measured if c.result is not None)
-        cheapest = f" the cheapest, {costs[0][1]}, took {costs[0][0]:,.0f} tokens/item;" if costs else ""
-        least = f" at least {math.ceil(costs[0][0]):,}" if costs else ""
-        raise ConfigError(
-            f"No candidate fits `--budget` {a.budget:,.0f} tokens/item on the first {a.pilot_items} item(s):{cheapest} "
-            f"raise `--budget` to{least}, or choose cheaper `--methods` (the pilot's results are kept and reused)."
-        )
+    def _sized_by(self, cot: MethodResult) -> None:
+        """CoT's measured tokens and USD per item: what k and N are sized from."""
+        if cot.n_scored:
+            self.advice.cot_tokens, self.advice.cot_cost = cot.tokens_per_item, dollars_per_item(cot)
+
+    def _not_measured(self) -> str:
+        if self.limit.reached:
+            return f"not measured: max_cost ${self.limit.max_cost:g} was reached first"
+        return "not measured: the timeout came first"
 
     def open(self, m: MethodConfig, out: CandidateOutcome | None = None) -> Evaluation | None:
         """Prepare ``m`` through the run path with its MLflow child run, and open its stored records and
@@ -348,7 +371,7 @@ def _finish(advice: Advice, started: float, parent: str) -> None:
     if rec is not None:
         rec.status = RECOMMENDED
         advice.python_line = spec_line(advice.spec, rec.method, advice.signature, rec.options)
-    keys = {i.key for c in advice.candidates if c.result is not None for i in c.result.items}
+    keys = {i.item_key for c in advice.candidates if c.result is not None for i in c.result.items}  # epochs: once
     advice.items_used = len(keys)
     advice.elapsed = time.monotonic() - started
     fig = frontier_figure(advice)

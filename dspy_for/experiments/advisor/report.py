@@ -1,19 +1,38 @@
 """``advise``'s answer for people and for MLflow: the text (the recommendation, its evidence, every candidate's fate,
-the line that builds it), the frontier plot with the budget drawn in, and the parent run's metrics, tags and
-artifacts."""
+the line that builds it, dollars where the LMs are priced, the spend against ``max_cost``), the frontier plot with
+the budget drawn in, and the parent run's metrics, tags and artifacts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dspy_for.experiments.advisor.result import Advice, CandidateOutcome
+from dspy_for.experiments.advisor.result import Advice, CandidateOutcome, dollars_per_item
 from dspy_for.experiments.comparison import ComparisonResult
+from dspy_for.experiments.core import MethodResult
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.tracking import store
 
-__all__ = ["advice_lines", "advice_table", "frontier_figure", "log_advice"]
+__all__ = ["advice_lines", "advice_table", "frontier_figure", "log_advice", "spend_line"]
 
 HEADER = ["candidate", "status", "n", "acc % [95% CI]", "tok/item", "why"]
+COST = "$/item"  # after tok/item, when any candidate's LMs are priced
+
+
+def dollars(value: float | None) -> str:
+    """USD as the tables show it; '-' when not priced (absent, never $0)."""
+    if value is None:
+        return "-"
+    return f"${value:.2g}" if 0 < value < 0.01 else f"${value:,.2f}"
+
+
+def _priced(advice: Advice) -> bool:
+    """Dollars are shown when ``--budget-usd`` was given or any candidate's calls cost something (as in compare's
+    table: a run on local models, all $0, shows none)."""
+    return advice.budget_usd is not None or any((dollars_per_item(c.result) or 0) > 0 for c in advice.candidates)
+
+
+def header(advice: Advice) -> list[str]:
+    return [*HEADER[:5], COST, HEADER[5]] if _priced(advice) else HEADER
 
 
 def _acc(c: CandidateOutcome) -> str:
@@ -29,35 +48,39 @@ def _options(options: dict[str, Any]) -> str:
 
 
 def advice_table(advice: Advice) -> list[list[str]]:
-    """One row per candidate: label (options), status, scored items (+failed), accuracy with its Wilson CI, tokens
-    per item and why it left (or how its budgeted option was sized)."""
+    """One row per candidate (columns :func:`header`): label (options), status, scored items (+failed), accuracy
+    with its Wilson CI, tokens per item, USD per item when any LM is priced ('-' for one that is not) and why it
+    left (or how its budgeted option was sized)."""
     rows = []
+    priced = _priced(advice)
     for c in advice.candidates:
         r = c.result
         n = "-" if r is None else str(r.n_scored) + (f" +{r.n_failed}✗" if r.n_failed else "")
         tokens = f"{r.tokens_per_item:,.0f}" if r is not None and r.n_scored else "-"
         label = c.label + (f" ({_options(c.options)})" if c.options else "")
-        rows.append([label, c.status, n, _acc(c), tokens, c.reason or c.sized])
+        cost = [dollars(dollars_per_item(r))] if priced else []
+        rows.append([label, c.status, n, _acc(c), tokens, *cost, c.reason or c.sized])
     return rows
 
 
-def _table_text(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(HEADER)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(HEADER, widths, strict=True)).rstrip()]
+def _table_text(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return lines
 
 
 def advice_lines(advice: Advice) -> list[str]:
     """The whole answer as text lines (what the CLI prints and ``advice.txt`` holds)."""
-    budget = f"budget {advice.budget:,.0f} tokens/item" if advice.budget is not None else "no budget"
+    budgets = [f"budget {advice.budget:,.0f} tokens/item"] if advice.budget is not None else []
+    budgets += [f"budget ${advice.budget_usd:g}/item"] if advice.budget_usd is not None else []
+    budget = " · ".join(budgets) or "no budget"
     pairs = len(advice.pairs)
     level = f"α = {advice.alpha:g}" + (f" over {pairs} pair(s) ({advice.pair_alpha:.3g} each)" if pairs else "")
     lines = [
         f"advise on {advice.dataset}/{advice.split} · {budget} · margin ±{100 * advice.margin:g} points · {level}",
-        f"pilot: the first {advice.pilot_items} item(s) of the seeded order measure each candidate's tokens per item"
-        + (f" (CoT: {advice.cot_tokens:,.0f})" if advice.cot_tokens is not None else ""),
-        *_table_text(advice_table(advice)),
+        _pilot_line(advice),
+        *_table_text(header(advice), advice_table(advice)),
     ]
     rec = advice.recommendation
     if rec is None or rec.result is None:
@@ -68,14 +91,23 @@ def advice_lines(advice: Advice) -> list[str]:
         head = "recommended" if advice.resolved else "recommended (unresolved)"
         lines.append(f"{head}: {rec.label}" + (f" ({_options(rec.options)})" if rec.options else ""))
         lines.append(f"  how: {advice.how}")
+        cost = dollars_per_item(r) if _priced(advice) else None
         lines.append(
-            f"  accuracy {100 * r.accuracy:.1f}% [{100 * lo:.1f}–{100 * hi:.1f}] (Wilson 95%) at "
-            f"{r.tokens_per_item:,.0f} tokens/item over {r.n_scored} item(s)"
+            f"  accuracy {100 * r.accuracy:.1f}% [{100 * lo:.1f}–{100 * hi:.1f}] ({_interval(r)} 95%) at "
+            f"{r.tokens_per_item:,.0f} tokens/item"
+            + (f" and {dollars(cost)}/item" if cost is not None else "")
+            + f" over {r.n_scored} item(s)"
+            + (f", {r.epochs} epochs each ({r.reducer})" if r.epochs > 1 else "")
         )
         if advice.budget is not None and r.tokens_per_item > advice.budget:
             lines.append(
                 f"  note: over all its items it took {r.tokens_per_item:,.0f} tokens/item, "
                 f"{100 * (r.tokens_per_item / advice.budget - 1):.1f}% over the budget (the pilot measured it within)"
+            )
+        if advice.budget_usd is not None and cost is not None and cost > advice.budget_usd:
+            lines.append(
+                f"  note: over all its items it cost {dollars(cost)}/item, over the budget ${advice.budget_usd:g}/item "
+                "(the pilot measured it within)"
             )
         runner = advice.runner_up
         vs = advice.pair(rec.label, runner) if runner else None
@@ -92,7 +124,36 @@ def advice_lines(advice: Advice) -> list[str]:
     for error, count in advice.item_errors().most_common():
         lines.append(f"{count} item(s) failed: {error}")
     lines += [f"{label} could not run: {err}" for label, err in advice.could_not_run.items()]
+    lines += [line] if (line := spend_line(advice)) else []
     return lines
+
+
+def spend_line(advice: Advice) -> str:
+    """What the session spent of its ``max_cost`` and, when that stopped it, how to resume ('' without one)."""
+    s = advice.spend
+    if s is None or s.max_cost is None:
+        return ""
+    line = f"spent ${s.spent:.4f} of max_cost ${s.max_cost:g}"
+    if advice.stopped_by_cost:
+        line += (
+            f": reached, advise stopped before it settled ({s.not_started} item(s) not started); run the same "
+            "command with a higher `--max-cost` to resume (what finished is reused)"
+        )
+    return line
+
+
+def _pilot_line(advice: Advice) -> str:
+    what = "tokens (and $) per item" if _priced(advice) else "tokens per item"
+    line = f"pilot: the first {advice.pilot_items} item(s) of the seeded order measure each candidate's {what}"
+    if advice.cot_tokens is None:
+        return line
+    cost = f", {dollars(advice.cot_cost)}/item" if advice.cot_cost is not None and _priced(advice) else ""
+    return f"{line} (CoT: {advice.cot_tokens:,.0f}{cost})"
+
+
+def _interval(r: MethodResult) -> str:
+    """The accuracy interval's name: over items as clusters when epochs are averaged, else Wilson's."""
+    return "clustered" if r.epochs > 1 and r.reducer == "mean" else "Wilson"
 
 
 def frontier_figure(advice: Advice) -> Any:
@@ -123,8 +184,11 @@ def log_advice(parent: str, advice: Advice) -> None:
     }
     if not advice.ok:
         tags["dspy_for.failed_items"] = str(advice.n_failed)
+    if advice.stopped_by_cost:
+        tags["dspy_for.advise.stopped_by_cost"] = "true"
     store.set_tags(parent, tags)
     metrics = {"advise.items_used": float(advice.items_used), "advise.pilot_items": float(advice.pilot_items)}
+    metrics.update(_cost_metrics(advice))
     for p in advice.pairs:
         key, r = f"advise.pair.{p.a}.{p.b}", p.result
         metrics.update({f"{key}.n": float(r.n), f"{key}.diff": r.diff, f"{key}.low": r.low, f"{key}.high": r.high})
@@ -133,3 +197,19 @@ def log_advice(parent: str, advice: Advice) -> None:
     store.log_metrics(parent, metrics)
     store.log_json(parent, advice.to_dict(), "advice.json")
     store.log_text(parent, "\n".join(advice_lines(advice)) + "\n", "advice.txt")
+
+
+def _cost_metrics(advice: Advice) -> dict[str, float]:
+    """USD per item of each measured candidate and of the recommendation, and what the session spent (each absent
+    when an LM call had no price)."""
+    out = {}
+    for c in advice.candidates:
+        if (cost := dollars_per_item(c.result)) is not None:
+            out[f"advise.{c.label}.cost_per_item_usd"] = cost
+    rec = advice.recommendation
+    if rec is not None and (cost := dollars_per_item(rec.result)) is not None:
+        out["advise.cost_per_item_usd"] = cost
+    s = advice.spend
+    if s is not None and s.unpriced_calls == 0:
+        out["advise.spent_usd"] = s.spent
+    return out

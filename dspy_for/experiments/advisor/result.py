@@ -3,16 +3,17 @@ recommendation and how it was reached, and the Python line that builds it."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dspy_for.experiments.core import MethodResult
+from dspy_for.experiments.core import MethodResult, SpendLimit
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.stats import SequentialResult
 
-__all__ = ["Advice", "CandidateOutcome", "PairOutcome", "flipped"]
+__all__ = ["Advice", "CandidateOutcome", "PairOutcome", "dollars_per_item", "flipped"]
 
 # a candidate's fate
 RECOMMENDED = "recommended"
@@ -22,6 +23,14 @@ WORSE = "resolved worse"
 FAILED = "failed"  # could not run, or every item it ran failed: an error, never a score
 NOT_RUN = "not run"  # the timeout came before it was measured
 SIZING = "sizing only"  # CoT run on the pilot only to size k and N (not a candidate)
+
+
+def dollars_per_item(r: MethodResult | None) -> float | None:
+    """USD per item of ``r`` (a cold run's cost); None when nothing was scored or an LM call has no price (never 0)."""
+    if r is None or not r.n_scored:
+        return None
+    cost = r.cost_per_item
+    return cost if math.isfinite(cost) else None
 
 
 def flipped(r: SequentialResult) -> SequentialResult:
@@ -41,6 +50,7 @@ class CandidateOutcome:
     reason: str = ""
     result: MethodResult | None = None
     sized: str = ""  # how its sized option was set from the budget (empty: not sized)
+    over: list[str] = field(default_factory=list)  # the budget flags it was dropped by (`--budget`, `--budget-usd`)
 
     @property
     def measured(self) -> bool:
@@ -62,6 +72,7 @@ class CandidateOutcome:
             "ci_low": lo if self.measured else None,
             "ci_high": hi if self.measured else None,
             "tokens_per_item": r.tokens_per_item if self.measured and r is not None else None,
+            **({"cost_per_item": cost} if (cost := dollars_per_item(r)) is not None else {}),
         }
 
 
@@ -89,6 +100,7 @@ class Advice:
     budget: float | None
     margin: float
     alpha: float
+    budget_usd: float | None = None  # USD per item (`--budget-usd`)
     candidates: list[CandidateOutcome] = field(default_factory=list)
     pairs: list[PairOutcome] = field(default_factory=list)
     pair_alpha: float | None = None  # each pair's level: alpha / pairs (Bonferroni)
@@ -98,6 +110,9 @@ class Advice:
     items_used: int = 0  # items of the seeded order any candidate ran (pilot included)
     pilot_items: int = 0
     cot_tokens: float | None = None  # CoT's tokens per item on the pilot (what k and N were sized from)
+    cot_cost: float | None = None  # CoT's USD per item on the pilot (None: unpriced or not measured)
+    spend: SpendLimit | None = None  # what the session spent, against its ``max_cost``
+    stopped_by_cost: bool = False  # ``max_cost`` was reached before the session settled (a re-run resumes)
     python_line: str | None = None
     run_id: str | None = None
     run_dir: Path | None = None
@@ -151,8 +166,9 @@ class Advice:
 
     @property
     def ok(self) -> bool:
-        """No failed item and no candidate that could not run: every number shown was measured."""
-        return self.n_failed == 0 and not self.could_not_run
+        """No failed item, no candidate that could not run and not stopped by ``max_cost``: every number shown was
+        measured, as far as the rounds needed."""
+        return self.n_failed == 0 and not self.could_not_run and not self.stopped_by_cost
 
     def to_dict(self) -> dict[str, Any]:
         runner = self.runner_up
@@ -162,6 +178,7 @@ class Advice:
             "split": self.split,
             "signature": self.signature,
             "budget": self.budget,
+            **({"budget_usd": self.budget_usd} if self.budget_usd is not None else {}),
             "margin": self.margin,
             "alpha": self.alpha,
             "pair_alpha": self.pair_alpha,
@@ -173,8 +190,20 @@ class Advice:
             "items_used": self.items_used,
             "pilot_items": self.pilot_items,
             "cot_tokens_per_item": self.cot_tokens,
+            **({"cot_cost_per_item": self.cot_cost} if self.cot_cost is not None else {}),
+            **self._spend_dict(),
             "python_line": self.python_line,
             "failed_items": self.n_failed,
             "candidates": [c.row() for c in self.candidates],
             "pairs": [p.row() for p in self.pairs],
         }
+
+    def _spend_dict(self) -> dict[str, Any]:
+        """What the session spent (absent when an LM call had no price) and its ``max_cost``, if any."""
+        s = self.spend
+        out: dict[str, Any] = {"stopped_by_cost": self.stopped_by_cost}
+        if s is not None and s.unpriced_calls == 0:
+            out["spent_usd"] = s.spent
+        if s is not None and s.max_cost is not None:
+            out["max_cost"] = s.max_cost
+        return out

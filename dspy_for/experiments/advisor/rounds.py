@@ -9,7 +9,12 @@ After each batch (all candidates still in the running fed the same items, in the
    a little over it later is reported with the answer, never a reason to throw away what was measured);
 3. the rounds stop when one candidate is left (*resolved best*), or when every other one's difference from the
    leader has an anytime-valid interval inside ±``margin`` (*indistinguishable*: then the cheapest wins), or at
-   the end of the items / ``max_items`` / the timeout (*unresolved*: the leader, said so).
+   the end of the items / ``max_items`` / the timeout / ``max_cost`` (*unresolved*: the leader, said so).
+
+With epochs (several answers per item) each item's value is reduced over its epochs first; under the ``mean``
+reducer that value lies in [0, 1] and the tests are the bounded ones (``kind="bounded"``), else binary. Once the
+session's :class:`~dspy_for.experiments.core.SpendLimit` is reached no item starts and the rounds end unresolved
+(``stopped_by_cost``; a pilot cut short by it settles nothing either, since some candidates were not measured).
 
 The pilot's items measure cost only (they choose which candidates enter); the tests start after them, so which
 pairs are tested never depends on the items they are tested on.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from itertools import combinations
+from typing import Literal
 
 import dspy
 
@@ -31,7 +37,7 @@ from dspy_for.experiments.advisor.result import (
     PairOutcome,
     flipped,
 )
-from dspy_for.experiments.core import Evaluation, MethodResult
+from dspy_for.experiments.core import Evaluation, MethodResult, SpendLimit
 from dspy_for.experiments.sequential import paired_sequence
 from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
 
@@ -78,14 +84,17 @@ class Rounds:
         margin: float,
         batch_size: int,
         expired: Callable[[], bool],
+        limit: SpendLimit | None = None,
+        kind: Literal["binary", "bounded"] = "binary",
     ) -> None:
         self.outcomes = {c.label: c for c in outcomes}
         self.evaluations, self.order = evaluations, list(order)
-        self.margin, self.batch_size, self.expired = margin, batch_size, expired
+        self.margin, self.batch_size, self.expired, self.limit = margin, batch_size, expired, limit
+        self.stopped_by_cost = False  # the rounds ended unresolved because ``limit`` was reached
         labels = [c.label for c in outcomes if c.status == RUNNING]
         self.pairs = list(combinations(labels, 2))
         self.pair_alpha = split_alpha(alpha, len(self.pairs)) if self.pairs else None
-        self.tests = {p: PairedSequentialTest("binary", self.pair_alpha or alpha) for p in self.pairs}
+        self.tests = {p: PairedSequentialTest(kind, self.pair_alpha or alpha) for p in self.pairs}
         self._fed = dict.fromkeys(self.pairs, 0)
 
     # ----------------------------------------------------------------------------------------- state
@@ -103,6 +112,10 @@ class Rounds:
             return self.tests[(a, b)].result
         return flipped(self.tests[(b, a)].result)
 
+    @property
+    def out_of_money(self) -> bool:
+        return self.limit is not None and self.limit.reached
+
     def pair_outcomes(self) -> list[PairOutcome]:
         return [PairOutcome(a, b, self.tests[(a, b)].result) for a, b in self.pairs]
 
@@ -112,14 +125,15 @@ class Rounds:
         """Run batches until the data settles which candidate to run, or nothing is left to run."""
         for c in self.active:
             c.result = self.result(c.label)
-        ending = self._settled()
+        cut = self.limit is not None and self.limit.not_started > 0  # max_cost left pilot items out
+        ending = None if cut else self._settled()
         start = 0
-        while ending is None and start < len(self.order) and not self.expired():
+        while ending is None and start < len(self.order) and not self.expired() and not self.out_of_money:
             batch = self.order[start : start + self.batch_size]
             for c in self.active:
-                if self.expired():  # the others' items of this batch stay unpaired: the tests take only pairs
+                if self.expired() or self.out_of_money:  # the others' items of this batch stay unpaired
                     break
-                self.evaluations[c.label].feed(batch, stop=lambda _r: self.expired())
+                self.evaluations[c.label].feed(batch, stop=lambda _r: self.expired(), limit=self.limit)
                 c.result = self.result(c.label)
             start += len(batch)
             self._update(self.order[:start])
@@ -155,7 +169,8 @@ class Rounds:
 
     def _nothing_left(self) -> Ending:
         if any(c.status == NOT_RUN for c in self.outcomes.values()):
-            return Ending(None, False, "the timeout came before any candidate was measured within the budget")
+            first = "max_cost was reached" if self.out_of_money else "the timeout came"
+            return Ending(None, False, f"{first} before any candidate was measured within the budget")
         return Ending(None, False, "no candidate is left within the budget")
 
     def _settled(self) -> Ending | None:
@@ -184,10 +199,18 @@ class Rounds:
         return r.n > 0 and -self.margin <= r.low and r.high <= self.margin
 
     def _unresolved(self, used: int) -> Ending:
+        limit = self.limit
+        if limit is not None and limit.reached and (used < len(self.order) or limit.not_started > 0):
+            self.stopped_by_cost = True
         active = [c for c in self.active if c.measured]
         if not active:
             return self._nothing_left()
-        why = "the timeout" if self.expired() else "the last item (`max_items` or the end of the data)"
         top = leader(active)
+        if self.stopped_by_cost and limit is not None:
+            why = f"max_cost ${limit.max_cost:g} was reached (${limit.spent:.4f} spent) " + (
+                "on the pilot" if not used else f"after {used} item(s) past the pilot"
+            )
+            return Ending(top.label, False, f"unresolved: {why}; {top.label} leads, not yet resolved best")
+        why = "the timeout" if self.expired() else "the last item (`max_items` or the end of the data)"
         how = f"unresolved: {used} item(s) past the pilot ran before {why}; {top.label} leads, not yet resolved best"
         return Ending(top.label, False, how)
