@@ -199,4 +199,7 @@ def test_budget_usd_out_of_range_exits_2_before_any_lm_call(install_scripted_lm:
 def test_max_cost_must_be_a_positive_number_in_python():
     with pytest.raises(ConfigError, match="`max_cost` is the USD a run may spend"):
         load_spec(None, dataset="gsm8k", methods="cot", lm="openai/x", max_cost=True)
-    assert load_spec(None, dataset="gsm8k", methods="cot", lm="openai/x", max_cost=2).max_cost == 2
+    priced = {"price": {"input": 0.15, "output": 0.6}}  # max_cost needs a price for every LM
+    assert load_spec(None, dataset="gsm8k", methods="cot", lm="openai/x", lm_options=priced, max_cost=2).max_cost == 2
+    with pytest.raises(ConfigError, match="needs a price for every LM"):
+        load_spec(None, dataset="gsm8k", methods="cot", lm="openai/x", max_cost=2)

@@ -141,7 +141,9 @@ def test_the_clustered_interval_against_a_hand_computed_case():
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 5)
     half = student_t.ppf(0.975, 5) * sd / math.sqrt(6)  # t(5) = 2.5706
     assert clustered_interval(values) == pytest.approx((mean, mean - half, mean + half))
-    assert clustered_interval(values)[1:] == pytest.approx((0.3498, 0.9002), abs=1e-4)  # by hand: 0.625 ± 2.5706 · 0.2622 / √6
+    assert clustered_interval(values)[1:] == pytest.approx(
+        (0.3498, 0.9002), abs=1e-4
+    )  # by hand: 0.625 ± 2.5706 · 0.2622 / √6
     records = [_record(f"q{i}", e, float(e < round(v * 4)), "x") for i, v in enumerate(values) for e in range(4)]
     result = MethodResult("m", records)
     assert result.accuracy == pytest.approx(mean) and result.ci == pytest.approx((mean - half, mean + half))
