@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from dspy_for.experiments.methods import get_method
 from dspy_for.lm.usage import Usage
-from dspy_for.modules.trajectory import ANSWER, QUESTIONS, REVISION, ForTurn, ProRefineStep
+from dspy_for.modules.trajectory import field_lines
 
-__all__ = ["RENDERERS", "render_result", "usage_table"]
+__all__ = ["render_result", "render_trajectory", "usage_table"]
 
 
 def usage_table(usage: Usage) -> Table:
@@ -34,66 +33,19 @@ def usage_table(usage: Usage) -> Table:
     return t
 
 
-def _fields(d: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
-    return "\n".join(f"[bold]{k}:[/] {v}" for k, v in d.items() if k not in skip)
-
-
-def _render_for(console: Console, pred: Any) -> None:
-    turns: list[ForTurn] = pred.get("trajectory") or []
-    for turn in turns:
-        f: dict[str, Any] = dict(turn["fields"])
-        who = turn["role"].capitalize()
-        if turn["type"] == ANSWER:
-            console.print(Panel(_fields(f), title=f"{who} · A0"))
-        elif turn["type"] == QUESTIONS:
-            bad = f.get("violations", {})
-            lines = [
-                f"{'✗' if q in bad else '?'} {q}" + (f"  [red]({', '.join(bad[q])})[/]" if q in bad else "")
-                for q in f.get("questions", [])
-            ]
-            title = f"{who} · round {turn['round']}" + (" · re-asked" if f.get("attempt") else "")
-            console.print(Panel("\n".join(lines) or "(no questions)", title=title))
-        elif turn["type"] == REVISION:
-            replies = "\n".join(f"- {r}" for r in f.get("responses", []))
-            body = f"[bold]replies:[/]\n{replies}\n" + _fields(f, skip=("responses",))
-            console.print(Panel(body, title=f"{who} · A{turn['round']} (revision)"))
-        else:
-            console.print(Panel(_fields(f), title=f"{who} · synthesis"))
-    console.print(f"rounds used: {pred.get('rounds_used')}, role collapse: {pred.get('role_collapse')}")
-
-
-def _render_prorefine(console: Console, pred: Any) -> None:
-    previous = None
-    steps: list[ProRefineStep] = pred.get("trajectory") or []
-    for step in steps:
-        prompt = step.get("prompt", "")
-        diff = ""
-        if previous is not None and step.get("new_prompt") is not None:
-            diff = "\n".join(
-                difflib.unified_diff(prompt.splitlines(), step["new_prompt"].splitlines(), lineterm="", n=0)
-            )
-        body = (
-            f"[bold]tokens so far:[/] {step.get('completion_tokens')} ({step.get('finish_reason')})\n"
-            f"[bold]partial output:[/] {step.get('output', '')}\n[bold]feedback:[/] {step.get('feedback', '')}"
-        )
-        if diff:
-            body += f"\n[bold]prompt diff:[/]\n{diff}"
-        console.print(Panel(body, title=f"step {step.get('step')}"))
-        previous = prompt
-    stats = pred.get("stats") or {}
-    console.print(f"refined: {stats.get('refined')}, steps used: {stats.get('steps_used')}")
-    if pred.get("refined_prompt"):
-        console.print(Panel(str(pred.get("refined_prompt")), title="refined prompt p*"))
-
-
-RENDERERS: dict[str, Callable[[Console, Any], None]] = {"for": _render_for, "prorefine": _render_prorefine}
+def render_trajectory(console: Console, method: str, pred: Any) -> bool:
+    """Print what ``method``'s registry entry shows of ``pred``'s trajectory (its
+    :class:`~dspy_for.modules.trajectory.TrajectoryView`), as panels and lines; False when it declares none."""
+    view = get_method(method).view
+    if view is None:
+        return False
+    for title, text in view.shown(pred):
+        console.print(text if title is None else Panel(text, title=title))
+    return True
 
 
 def render_result(console: Console, method: str, pred: Any, usage: Usage, *, gold: Any = None) -> None:
-    renderer = RENDERERS.get(method)
-    if renderer is not None:
-        renderer(console, pred)
-    elif pred.get("reasoning"):
+    if not render_trajectory(console, method, pred) and pred.get("reasoning"):
         console.print(Panel(str(pred.get("reasoning")), title="reasoning"))
     outputs = {
         k: v
@@ -110,5 +62,6 @@ def render_result(console: Console, method: str, pred: Any, usage: Usage, *, gol
             "refined_prompt",
         )
     }
-    console.print(Panel(_fields(outputs), title="answer" + (f" (gold: {gold:g})" if isinstance(gold, float) else "")))
+    gold_text = f" (gold: {gold:g})" if isinstance(gold, float) else ""
+    console.print(Panel(field_lines(outputs), title=f"answer{gold_text}"))
     console.print(usage_table(usage))

@@ -13,7 +13,7 @@ import dspy
 from rich.console import Console
 
 from dspy_for import FORPrompting, make_lm, track_usage
-from dspy_for.render import RENDERERS, usage_table
+from dspy_for.render import render_trajectory, usage_table
 
 QUESTION = "How many rs are in the word strarrtrabbbery?"
 ANSWER = 5
@@ -33,7 +33,7 @@ def run(lm: dspy.BaseLM, rounds: int, console: Console) -> dict[str, object]:
         with track_usage() as for_usage:
             debate = FORPrompting(CountLetters, rounds=rounds)(question=QUESTION)
     console.rule("FOR-Prompting dialogue")
-    RENDERERS["for"](console, debate)
+    render_trajectory(console, "for", debate)
     console.rule("result")
     console.print(f"single prompt: {single.answer}  |  FOR-Prompting: {debate.answer}  |  correct: {ANSWER}")
     console.print(usage_table(for_usage))

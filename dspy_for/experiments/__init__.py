@@ -15,6 +15,8 @@ Layout: :mod:`.spec` (the typed run specification and config parsing) · :mod:`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dspy_for.experiments.advisor import Advice, advise
 from dspy_for.experiments.comparison import ComparisonResult, compare
 from dspy_for.experiments.core import (
@@ -28,7 +30,7 @@ from dspy_for.experiments.core import (
     prepare_run,
 )
 from dspy_for.experiments.core.summary import Summary, summarize
-from dspy_for.experiments.methods import MethodSpec, build_method, get_method, list_methods, register_method
+from dspy_for.experiments.methods import MethodEntry, build_method, get_method, list_methods, register_method
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_spec
 from dspy_for.experiments.sweeps import SweepResult, SweepSpec, load_sweep_spec, sweep
 
@@ -40,8 +42,8 @@ __all__ = [
     "ExperimentSpec",
     "ItemResult",
     "MethodConfig",
+    "MethodEntry",
     "MethodResult",
-    "MethodSpec",
     "PreparedRun",
     "ResultStore",
     "RunSpec",
@@ -62,3 +64,11 @@ __all__ = [
     "summarize",
     "sweep",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MethodSpec":  # deprecated: the registry entry is a MethodEntry ("spec" is the run's)
+        from dspy_for.experiments import methods
+
+        return methods.MethodSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

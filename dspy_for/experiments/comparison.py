@@ -31,6 +31,7 @@ from dspy_for.experiments.core import (
 )
 from dspy_for.experiments.core.records import ComparisonResult
 from dspy_for.experiments.core.sinks import interruptible
+from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
@@ -101,32 +102,38 @@ def _report(out: ComparisonResult, parent: str, run_dir: Path) -> None:
 
 
 def _phases(spec: ExperimentSpec) -> list[list[MethodConfig]]:
-    """The methods in the order they can run: all at once, or, when budgets are matched, the sized methods after
-    the others (they are sized from FOR's and CoT's measured cost)."""
+    """The methods in the order they can run: all at once, or, when budgets are matched, the methods a budget sizes
+    (their registry entry's ``sized``) after the others, whose measured cost sizes them."""
     if not spec.match_budget:
         return [list(spec.methods)]
-    first = [m for m in spec.methods if m.name not in _SIZED]
-    return [first, [m for m in spec.methods if m.name in _SIZED]]
+    sized = [m for m in spec.methods if get_method(m.name).sized is not None]
+    return [[m for m in spec.methods if m not in sized], sized]
 
 
-_SIZED = ("self_consistency", "defender_sc", "refine")  # the methods `match_budget` sizes
+#: the unit of a matched budget: a sized method's k samples or N attempts each cost about one call of this method
+UNIT = "cot"
 
 
 def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: MethodConfig) -> dict[str, Any]:
-    """Options that spend about the first FOR method's tokens per item: k CoT calls at CoT's measured cost
-    per call (self-consistency and ``defender_sc``, whose Defender prompt costs about a CoT call; under an
-    adaptive ``stop`` k is the cap), or up to N attempts (Refine, which stops early once its reward is met)."""
-    for_res = next((done[x.label] for x in spec.methods if x.name == "for" and x.label in done), None)
-    cot_res = next((done[x.label] for x in spec.methods if x.name == "cot" and x.label in done), None)
-    if for_res is None or cot_res is None or not for_res.n_scored or not cot_res.n_scored:
-        logger.warning("match_budget needs a `for` and a `cot` method with scored items; %s keeps its options", m.label)
+    """``m``'s options with its sized option (its registry entry's ``sized``: k samples, N attempts; a cap where the
+    method stops early) set to spend about the budget reference's measured tokens per item (the run's first method
+    whose entry is one) in calls of CoT's measured tokens per item, by the one budget sizer
+    (:meth:`~dspy_for.experiments.methods.MethodEntry.sized_to`: the nearest whole number of calls)."""
+    ref = next((done[x.label] for x in spec.methods if get_method(x.name).budget_reference and x.label in done), None)
+    unit = next((done[x.label] for x in spec.methods if x.name == UNIT and x.label in done), None)
+    if ref is None or unit is None or not ref.n_scored or not unit.n_scored:
+        logger.warning(
+            "match_budget needs a budget reference (a method whose registry entry sets the budget, e.g. FOR-Prompting) "
+            "and a `%s` method with scored items; %s keeps its options",
+            UNIT,
+            m.label,
+        )
         return m.options
-    n = max(1, round(for_res.tokens_per_item / max(cot_res.tokens_per_item, 1.0)))
-    if m.name in ("self_consistency", "defender_sc"):
-        return {**m.options, "k": n}
-    # Refine: N attempts is the cap; it stops once its reward is met. (Forcing all N with an unreachable
-    # threshold would only waste them: dspy.Refine keeps the first attempt with the best reward.)
-    return {**m.options, "N": n}
+    sized = get_method(m.name).sized_to(m.options, ref.tokens_per_item, max(unit.tokens_per_item, 1.0))
+    if sized is None:
+        logger.warning("match_budget: the budget buys %s fewer calls than it takes; it keeps its options", m.label)
+        return m.options
+    return sized
 
 
 def _run_sequential(
@@ -206,7 +213,7 @@ def _run_together(
     runs: list[tuple[PreparedRun, str]] = []
     for d in spec.datasets:
         for m in methods:
-            if spec.match_budget and m.name in _SIZED:
+            if spec.match_budget and get_method(m.name).sized is not None:
                 m = with_options(m, _matched_budget(spec, out.results[d.name], m))
             run, child, err = prepare_tracked(spec, d, m, examples.get(d.name), parent, run_dir, items_dir)
             if err:

@@ -1,14 +1,16 @@
-"""One registry of inference methods and baselines, shared by `ask`, `compare` and `sweep`.
-
-A method is a name, the roles it has (each can get its own LM), the options it accepts with their
-defaults, and a factory that builds a fresh ``dspy.Module`` for a signature. Everything above this
-file (CLI, comparisons, sweeps) builds programs only through :func:`build_method`, so an option
-means the same thing everywhere and bad names fail early with a clear message.
+"""The registry of methods: one :class:`MethodEntry` each — its roles (each can get its own LM), its options with their
+defaults, a factory that builds a fresh ``dspy.Module`` — and all the harness knows of it: how a budget sizes it
+(:class:`Sized`, :func:`budget_calls`), the settings ``advise`` tries (:class:`Preset`), how its trajectory reads (a
+:class:`~dspy_for.modules.trajectory.TrajectoryView`: span names, what ``ask`` shows, diagnostics). What methods on one
+module share is declared once, for the module (:data:`_BY_MODULE`). ``ask``, ``compare``, ``sweep`` and ``advise``
+build programs only through an entry, so an option means the same everywhere and a bad name fails early.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +20,16 @@ import dspy
 from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
 from dspy_for.modules import Cascade, FORPrompting, ProRefine, SelfConsistency
+from dspy_for.modules.for_view import FOR_VIEW
+from dspy_for.modules.prorefine_view import PROREFINE_VIEW
+from dspy_for.modules.refine import refine_cot
+from dspy_for.modules.trajectory import TrajectoryView
 
 __all__ = [
-    "MethodSpec",
+    "MethodEntry",
+    "Preset",
+    "Sized",
+    "budget_calls",
     "build_method",
     "get_method",
     "list_methods",
@@ -41,7 +50,35 @@ def _never(options: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True)
-class MethodSpec:
+class Sized:
+    """How a budget of tokens per item sizes a method: ``option`` counts its calls, each costing about one CoT call
+    (``k`` samples, ``N`` attempts), and it takes at least ``least`` of them."""
+
+    option: str
+    least: int = 1
+
+
+def budget_calls(budget: float, per_call: float) -> int:
+    """The one budget sizer: how many calls of ``per_call`` tokens (CoT's measured tokens per item) a ``budget`` of
+    tokens per item buys, rounded to the nearest whole call, a half up (7.73 → 8, 7.5 → 8, 7.49 → 7): a sized method
+    spends its budget to within half a CoT call either way. Compare's ``match_budget`` (the budget: the reference
+    method's measured tokens per item) and advise's ``--budget`` / ``--budget-usd`` both size with it."""
+    return math.floor(budget / per_call + 0.5)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One setting ``advise`` measures a method at: its label, options and a note for the table."""
+
+    label: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    """One registered method (see the module docstring)."""
+
     name: str
     description: str
     factory: Factory
@@ -58,6 +95,15 @@ class MethodSpec:
     module: type[dspy.Module] | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
     python_only: tuple[str, ...] = ()
+    #: how a budget sizes it (None: its compute is its own, whatever the budget)
+    sized: Sized | None = None
+    #: compare's ``match_budget`` gives the sized methods the measured tokens per item of the run's first method
+    #: with this set (FOR-Prompting's: the budget the FOR paper's reviewers asked the baselines to match)
+    budget_reference: bool = False
+    #: the settings ``advise`` measures it at (none given: one, at its defaults, labelled with its name)
+    presets: tuple[Preset, ...] = ()
+    #: how its trajectory reads (span names, what ``ask`` shows, diagnostics); None: a plain prediction
+    view: TrajectoryView | None = None
 
     def split_options(self, options: Mapping[str, Any]) -> tuple[dict[str, Any], float | None]:
         """(the method's own options, the LM ``temperature`` if one is given for a method without that option)."""
@@ -67,23 +113,34 @@ class MethodSpec:
         temperature = own.pop("temperature", None)
         return own, None if temperature is None else float(temperature)
 
-    def validate_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        """Names and values: unknown names, and values the method refuses (checked by building it without
-        LMs, which calls nothing), fail here — before any LM call — with the option named."""
-        own, temperature = self.split_options(options)
+    def with_defaults(self, own: Mapping[str, Any]) -> dict[str, Any]:
+        """The method's own options (no LM ``temperature``) over its defaults; an unknown name fails, naming it."""
         unknown = sorted(set(own) - set(self.defaults))
         if unknown:
             allowed = ", ".join(sorted([*self.defaults, *(o for o in LM_OPTIONS if o not in self.defaults)]))
             raise ConfigError(f"Unknown option `{unknown[0]}` for method `{self.name}`. Options it accepts: {allowed}.")
-        if temperature is not None and temperature < 0:
-            raise ConfigError(f"`temperature` must be >= 0, got {temperature!r}.")
-        merged = {**self.defaults, **own}
+        return {**self.defaults, **own}
+
+    def build(self, signature: Any, lms: Mapping[str, Any], options: Mapping[str, Any]) -> dspy.Module:
+        """A fresh program from the factory (``options``: :meth:`with_defaults`'s); a value the method refuses fails
+        as a :class:`~dspy_for.errors.ConfigError` naming the method."""
         try:
-            self.factory("question -> answer", dict.fromkeys(self.roles), **merged)
+            return self.factory(signature, lms, **options)
         except ConfigError as exc:
             raise ConfigError(f"Method `{self.name}`: {exc}") from None
         except (TypeError, ValueError) as exc:
+            own = {k: v for k, v in options.items() if k not in self.defaults or self.defaults[k] != v}
             raise ConfigError(f"Method `{self.name}` refuses options {own}: {exc}") from None
+
+    def validate_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Names and values: unknown names, and values the method refuses (checked by building it without
+        LMs, which calls nothing), fail here — before any LM call — with the option named. Returns the options
+        over the defaults (an LM ``temperature`` left out)."""
+        own, temperature = self.split_options(options)
+        merged = self.with_defaults(own)
+        if temperature is not None and temperature < 0:
+            raise ConfigError(f"`temperature` must be >= 0, got {temperature!r}.")
+        self.build("question -> answer", dict.fromkeys(self.roles), merged)
         return merged
 
     def validate_roles(self, roles: Mapping[str, Any]) -> None:
@@ -94,26 +151,41 @@ class MethodSpec:
                 "Pass `--lm SPEC` for all roles or `--role-lm ROLE=SPEC` with one of those roles."
             )
 
+    def sized_to(self, options: Mapping[str, Any], budget: float, per_call: float) -> dict[str, Any] | None:
+        """``options`` with the sized option set to :func:`budget_calls` ``(budget, per_call)``; None when that is
+        fewer calls than the method takes (``Sized.least``). ``options`` unchanged for a method no budget sizes."""
+        if self.sized is None:
+            return dict(options)
+        n = budget_calls(budget, per_call)
+        return None if n < self.sized.least else {**options, self.sized.option: n}
 
-_REGISTRY: dict[str, MethodSpec] = {}
+
+def __getattr__(name: str) -> Any:
+    if name == "MethodSpec":  # its name until the run spec, the sweep spec and LM spec strings took the word
+        warnings.warn("MethodSpec is deprecated: use MethodEntry.", DeprecationWarning, stacklevel=2)
+        return MethodEntry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def register_method(spec: MethodSpec, *, replace: bool = False) -> MethodSpec:
+_REGISTRY: dict[str, MethodEntry] = {}
+
+
+def register_method(entry: MethodEntry, *, replace: bool = False) -> MethodEntry:
     """Add a method to the registry (``replace=True`` to override one, e.g. in user code)."""
-    if spec.name in _REGISTRY and not replace:
-        raise ConfigError(f"Method `{spec.name}` is already registered; pass `replace=True` to override it.")
-    _REGISTRY[spec.name] = spec
-    return spec
+    if entry.name in _REGISTRY and not replace:
+        raise ConfigError(f"Method `{entry.name}` is already registered; pass `replace=True` to override it.")
+    _REGISTRY[entry.name] = entry
+    return entry
 
 
-def get_method(name: str) -> MethodSpec:
+def get_method(name: str) -> MethodEntry:
     try:
         return _REGISTRY[name]
     except KeyError:
         raise ConfigError(f"Unknown method `{name}`. Choose one of: {', '.join(sorted(_REGISTRY))}.") from None
 
 
-def list_methods() -> list[MethodSpec]:
+def list_methods() -> list[MethodEntry]:
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
@@ -125,18 +197,19 @@ def build_method(
     role_lms: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> dspy.Module:
-    """Build a fresh program for method ``name``.
+    """Build a fresh program for method ``name`` (its options and roles checked as it is built).
 
     ``lm`` (a litellm spec string, ``dspy.BaseLM`` or None) is the default for every role;
     ``role_lms`` overrides it per role. Strings go through :func:`dspy_for.make_lm`.
     """
-    spec = get_method(name)
+    entry = get_method(name)
     role_lms = dict(role_lms or {})
-    spec.validate_roles(role_lms)
-    opts = spec.validate_options(options)
+    entry.validate_roles(role_lms)
+    own, _ = entry.split_options(options)
+    merged = entry.with_defaults(own)
     default = resolve_lm(lm)
-    lms = {r: resolve_lm(role_lms[r]) if r in role_lms else default for r in spec.roles}
-    return spec.factory(signature, lms, **opts)
+    lms = {r: resolve_lm(role_lms[r]) if r in role_lms else default for r in entry.roles}
+    return entry.build(signature, lms, merged)
 
 
 def _with_lm(module: dspy.Module, lm: Any) -> dspy.Module:
@@ -146,14 +219,14 @@ def _with_lm(module: dspy.Module, lm: Any) -> dspy.Module:
 
 
 register_method(
-    MethodSpec(
+    MethodEntry(
         name="single",
         description="Single prompt: one dspy.Predict call, no reasoning field.",
         factory=lambda sig, lms: _with_lm(dspy.Predict(sig), lms["task"]),
     )
 )
 register_method(
-    MethodSpec(
+    MethodEntry(
         name="cot",
         description="Chain of thought: dspy.ChainOfThought (reasoning, then the outputs).",
         factory=lambda sig, lms: _with_lm(dspy.ChainOfThought(sig), lms["task"]),
@@ -174,27 +247,39 @@ def module_options(module: type[dspy.Module], *, exclude: Iterable[str] = ()) ->
     }
 
 
-def module_method(
-    name: str,
-    module: type[dspy.Module],
-    description: str,
-    *,
-    roles: Mapping[str, str | None],
-    fixed: Mapping[str, Any] | None = None,
-    python_only: tuple[str, ...] = (),
-    uses_labels: Callable[[Mapping[str, Any]], bool] = _never,
-    revision: int = 0,
-) -> MethodSpec:
+_FOR_ROLES = {"defender": "defender_lm", "debater": "debater_lm", "host": "host_lm"}
+
+
+#: what every method built on a module shares, declared once for the module (a :func:`module_method` may still set
+#: any of it): the role of each LM parameter (None: the module's own LM, set with ``set_lm``), parameters only
+#: Python code can set, whether it reads gold labels, how a budget sizes it and how its trajectory reads
+_BY_MODULE: dict[type[dspy.Module], dict[str, Any]] = {
+    FORPrompting: {"roles": _FOR_ROLES, "budget_reference": True, "view": FOR_VIEW},
+    ProRefine: {
+        "roles": {"task": "task_lm", "feedback": "feedback_lm", "optimizer": "optimizer_lm", "verifier": "verifier_lm"},
+        "python_only": ("metric",),  # the oracle verifier's metric: the dataset's, given by the run with each gold
+        "uses_labels": lambda options: options.get("verifier") == "oracle",
+        "view": PROREFINE_VIEW,
+    },
+    SelfConsistency: {"roles": {"task": None}, "sized": Sized("k", least=2)},  # a vote needs two samples
+    Cascade: {"roles": _FOR_ROLES},
+}
+
+
+def module_method(name: str, module: type[dspy.Module], description: str, **declared: Any) -> MethodEntry:
     """A registry entry for a ``dspy.Module`` whose options are its constructor's (:func:`module_options`).
 
-    ``roles`` maps each role to the constructor parameter that takes its LM (None: the module's own LM, set with
-    ``set_lm``); ``fixed`` options are always passed and are not options of this entry (e.g. ``defender_sc`` is
+    What :data:`_BY_MODULE` declares for ``module``, then ``declared`` (any :class:`MethodEntry` field, and
+    ``roles``: each role → the constructor parameter that takes its LM, None for the module's own LM set with
+    ``set_lm``). ``fixed`` options are always passed and are not options of this entry (e.g. ``defender_sc`` is
     ``SelfConsistency`` with ``prompt="defender"``); ``python_only`` parameters (e.g. a metric callable) cannot
     come from a config.
     """
-    fixed = dict(fixed or {})
+    settings = {**_BY_MODULE.get(module, {}), **declared}
+    roles: Mapping[str, str | None] = settings.pop("roles", {"task": None})
+    fixed = dict(settings.pop("fixed", {}))
     lm_params = {param for param in roles.values() if param}
-    defaults = module_options(module, exclude={*lm_params, *fixed, *python_only})
+    defaults = module_options(module, exclude={*lm_params, *fixed, *settings.get("python_only", ())})
 
     def factory(sig: Any, lms: Mapping[str, Any], **options: Any) -> dspy.Module:
         lm_kwargs = {param: lms[r] for r, param in roles.items() if param}
@@ -204,17 +289,15 @@ def module_method(
                 _with_lm(built, lms[r])
         return built
 
-    return MethodSpec(
+    return MethodEntry(
         name=name,
         description=description,
         factory=factory,
         roles=tuple(roles),
         defaults=defaults,
-        uses_labels=uses_labels,
-        revision=revision,
         module=module,
         fixed=fixed,
-        python_only=python_only,
+        **settings,
     )
 
 
@@ -223,7 +306,7 @@ register_method(
         "for",
         FORPrompting,
         "FOR-Prompting: Defender answers, Debater asks questions only, optional Host synthesizes.",
-        roles={"defender": "defender_lm", "debater": "debater_lm", "host": "host_lm"},
+        presets=(Preset("for", {"rounds": 1, "host": True}, "FOR N = 1 + Host"),),
     )
 )
 register_method(
@@ -231,9 +314,16 @@ register_method(
         "self_consistency",
         SelfConsistency,
         "Self-consistency: k sampled CoT answers (temperature > 0), majority vote; stop early on agreement.",
-        roles={"task": None},
         fixed={"prompt": "cot"},
         revision=1,  # 1: an unreadable sample is dropped from the vote (it used to make the item unparsed)
+        presets=(
+            Preset("self_consistency", {}, "k samples, majority vote"),
+            Preset(
+                "self_consistency_agreement",
+                {"stop": "agreement"},
+                "stops sampling once the vote is settled; k the cap",
+            ),
+        ),
     )
 )
 register_method(
@@ -241,8 +331,8 @@ register_method(
         "defender_sc",
         SelfConsistency,
         "Self-consistency over FOR's step-by-step Defender prompt (same stop options as self_consistency).",
-        roles={"task": None},
         fixed={"prompt": "defender"},
+        presets=(Preset("defender_sc", {"stop": "agreement"}, "Defender prompt, stop on agreement"),),
     )
 )
 register_method(
@@ -250,7 +340,6 @@ register_method(
         "cascade",
         Cascade,
         "Cascade: Defender samples, more samples on disagreement, FOR's debate with its Host only if it remains.",
-        roles={"defender": "defender_lm", "debater": "debater_lm", "host": "host_lm"},
     )
 )
 register_method(
@@ -258,39 +347,18 @@ register_method(
         "prorefine",
         ProRefine,
         "ProRefine: i*k tokens per step, feedback critique, optimizer rewrites the prompt; verifier.",
-        roles={"task": "task_lm", "feedback": "feedback_lm", "optimizer": "optimizer_lm", "verifier": "verifier_lm"},
-        python_only=("metric",),  # the oracle verifier's metric: the dataset's, given by the run with each gold
-        uses_labels=lambda options: options.get("verifier") == "oracle",
     )
 )
 
 
-def _answer_parses_reward(signature: Any) -> Callable[[Mapping[str, Any], dspy.Prediction], float]:
-    """Label-free reward for dspy.Refine: 1.0 when every output field of the task's ``signature`` is present
-    and non-empty (the reasoning ChainOfThought adds does not count), else 0.0."""
-    outputs = list(dspy.ensure_signature(signature).output_fields)
-
-    def answer_parses(args: Mapping[str, Any], pred: dspy.Prediction) -> float:
-        return float(all(str(pred.get(name, "")).strip() not in ("", "None") for name in outputs))
-
-    return answer_parses
-
-
-def _refine_factory(sig: Any, lms: Mapping[str, Any], *, N: int, threshold: float) -> dspy.Module:
-    if isinstance(N, bool) or not isinstance(N, int) or N < 1:
-        raise ConfigError(f"`N` must be a positive integer (attempts), got {N!r}.")
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-        raise ConfigError(f"`threshold` must be a number, got {threshold!r}.")
-    reward = _answer_parses_reward(sig)
-    return _with_lm(dspy.Refine(dspy.ChainOfThought(sig), N=N, reward_fn=reward, threshold=threshold), lms["task"])
-
-
 register_method(
-    MethodSpec(
+    MethodEntry(
         name="refine",
         description="dspy.Refine over CoT: up to N attempts with feedback until a label-free reward is met.",
-        factory=_refine_factory,
+        factory=lambda sig, lms, **options: _with_lm(refine_cot(sig, **options), lms["task"]),
         defaults={"N": 3, "threshold": 1.0},
+        sized=Sized("N"),  # a cap: it stops at the first attempt whose answer parses
+        presets=(Preset("refine", {}, "up to N attempts"),),
     )
 )
 
@@ -303,7 +371,6 @@ register_method(
         FORPrompting,
         "FOR-Prompting as in the paper (arXiv 2510.01674): Table 3 role prompts, every revision taken, no guard, "
         "N = 1 + Host.",
-        roles={"defender": "defender_lm", "debater": "debater_lm", "host": "host_lm"},
         # Table 3 (Appendix A.1) prompts verbatim; Algorithm 1 takes every revision A_r; a Debater that asks
         # questions only by prompt alone (no guard); one round with the Host, the paper's small-model GSM8K setting
         # (Section 5.2)
@@ -323,11 +390,8 @@ register_method(
         ProRefine,
         "ProRefine as in the official code (arXiv 2506.05305): its feedback and optimizer prompts, 10 tokens per "
         "step up to 250, every rewrite taken; verifier.",
-        roles={"task": "task_lm", "feedback": "feedback_lm", "optimizer": "optimizer_lm", "verifier": "verifier_lm"},
         # the official prompts (deepakpandita57/ProRefine_public, prorefine.py); its schedule: tokens_per_step = 10,
         # total_tokens_to_generate = 250, i.e. step i capped at 10·i for 250 // 10 = 25 steps; no rewrite guard
         fixed={"prompts": "paper", "k": 10, "n": 25, "guard": False},
-        python_only=("metric",),
-        uses_labels=lambda options: options.get("verifier") == "oracle",
     )
 )

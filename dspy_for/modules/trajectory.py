@@ -9,6 +9,10 @@ A method's ``prediction.trajectory`` is a list of plain JSON dicts (committed re
   :data:`AnswerFields`, :class:`QuestionsFields`, :class:`RevisionFields`, :data:`SynthesisFields`.
 * ProRefine: one :class:`ProRefineStep` per refinement step.
 
+How a trajectory reads outside its module — the turn behind each LM call, what ``dspy-for ask`` shows, a run's
+diagnostics — is a :class:`TrajectoryView` (:mod:`.for_view`, :mod:`.prorefine_view`), declared once per module in
+the method registry (``dspy_for.experiments.methods``).
+
 Each algorithm is written once, as a coroutine over :class:`Calls`: ``forward`` runs it with
 :data:`SYNC_CALLS` through :func:`run_sync` (plain ``predictor(**kwargs)`` calls), ``aforward`` awaits it
 with :data:`ASYNC_CALLS` (``await predictor.acall(**kwargs)``).
@@ -17,7 +21,8 @@ with :data:`ASYNC_CALLS` (``await predictor.acall(**kwargs)``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
 import dspy
@@ -36,6 +41,7 @@ __all__ = [
     "SYNC_CALLS",
     "SYNTHESIS",
     "AnswerFields",
+    "CallName",
     "Calls",
     "ForRole",
     "ForTurn",
@@ -43,9 +49,12 @@ __all__ = [
     "ProRefineStep",
     "QuestionsFields",
     "RevisionFields",
+    "Shown",
     "SynthesisFields",
+    "TrajectoryView",
     "TurnUsage",
     "attach_turn_usage",
+    "field_lines",
     "for_turn",
     "run_sync",
 ]
@@ -165,6 +174,35 @@ class ProRefineStep(TypedDict):
     new_prompt: str  # p* after the step (== prompt when the rewrite was rejected)
     rejected_prompt: str | None  # the optimizer's rewrite the guard rejected, if any
     rejected_reason: str | None  # why (see ``rejection_reason``)
+
+
+# ----------------------------------------------------------------------- how a trajectory reads outside
+
+#: a call's name and the attributes its turn adds (``dspy_for.turn``, ``dspy_for.round``, ``dspy_for.parsed``, ...)
+CallName: TypeAlias = tuple[str, dict[str, Any]]
+#: one part of what ``ask`` shows: (a panel's title, its text), or (None, a line); the text may hold rich markup
+Shown: TypeAlias = tuple[str | None, str]
+
+
+@dataclass(frozen=True)
+class TrajectoryView:
+    """How a module's ``prediction.trajectory`` reads outside the module.
+
+    * ``call_names(trajectory, calls)``: the name (and turn attributes) of each of an item's LM calls, in order —
+      or None when the calls do not line up one to one with the turns the trajectory records (nothing is guessed);
+    * ``shown(prediction)``: what ``dspy-for ask`` prints of it, as panels and lines;
+    * ``diagnostics(records, metric)``: what one run's records (``trajectory``, ``answers_by_round``, ``gold``) say
+      of the algorithm, as plain data (None: nothing beyond the table).
+    """
+
+    call_names: Callable[[Sequence[Any], Sequence[CallRecord]], list[CallName] | None]
+    shown: Callable[[Mapping[str, Any]], list[Shown]]
+    diagnostics: Callable[[Sequence[Any], Callable[..., Any]], dict[str, Any]] | None = None
+
+
+def field_lines(fields: Mapping[str, Any], skip: tuple[str, ...] = ()) -> str:
+    """``name: value`` lines (the name in bold markup), ``skip`` left out."""
+    return "\n".join(f"[bold]{k}:[/] {v}" for k, v in fields.items() if k not in skip)
 
 
 # ------------------------------------------------------------------------ one algorithm, sync or async

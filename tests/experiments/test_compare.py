@@ -285,7 +285,7 @@ def test_matched_budget_sizes_baselines_from_for(scripted, tmp_path):
 
 
 def test_refine_reward_asks_for_the_tasks_answer_not_cots_reasoning():
-    from dspy_for.experiments.methods import _answer_parses_reward
+    from dspy_for.modules.refine import answer_parses_reward as _answer_parses_reward
 
     reward = _answer_parses_reward("question -> answer")
     assert reward({}, dspy.Prediction(reasoning="2 + 2 = 4", answer="4")) == 1.0

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from dspy_for.experiments.reports.diagnostics import debate_diagnostics, round_accuracy
+from dspy_for.experiments.reports.diagnostics import round_accuracy
 from dspy_for.metrics import numeric_match
+from dspy_for.modules.for_view import debate_diagnostics
 
 
 def item(gold, answers, turns):

@@ -20,12 +20,13 @@ import dspy
 from dspy_for.datasets import signature_for
 from dspy_for.experiments.core.compile_step import compile_for_run, compile_settings
 from dspy_for.experiments.methods import build_method, get_method
-from dspy_for.experiments.spec.config import Overrides, load_spec
+from dspy_for.experiments.spec.config import Overrides, apply_overrides
 from dspy_for.experiments.spec.model import (
     DatasetConfig,
     ExperimentSpec,
     LMSpec,
     MethodConfig,
+    ProgramSpec,
     RunSpec,
     load_examples,
 )
@@ -93,14 +94,12 @@ def build_lms(
 
 
 def prepare_program(method: str, signature: str, options: dict[str, Any], overrides: Overrides) -> dspy.Module:
-    """One method's program for ``signature`` (``ask``): the spec built from ``overrides`` and validated like any
-    run's — unknown options, roles and LM specs fail here, before any LM is built — and the LM of every role built
-    by :func:`build_lms`, as in every run."""
-    spec = load_spec(None, replace(overrides, dataset="gsm8k", split="sample", methods=[method]))
-    registered = get_method(method)
-    own, temperature = registered.split_options(options)
-    own = registered.validate_options(own)
-    default, role_lms = build_lms(spec, spec.methods[0], temperature)
+    """One method's program for ``signature`` (``ask``), with no dataset: a :class:`ProgramSpec` built from
+    ``overrides`` and validated like any run's — unknown options, roles and LM specs fail here, before any LM is
+    built — and the LM of every role built by :func:`build_lms`, as in every run."""
+    spec = apply_overrides(ProgramSpec(method=MethodConfig(name=method, options=dict(options))), overrides).validate()
+    own, temperature = get_method(method).split_options(options)
+    default, role_lms = build_lms(spec, spec.method, temperature)
     return build_method(method, signature, lm=default, role_lms=role_lms, **own)
 
 
@@ -119,7 +118,7 @@ def prepare_run(
     """
     registered = get_method(method.name)
     options, temperature = registered.split_options(method.options)
-    options = registered.validate_options(options)
+    options = registered.with_defaults(options)  # checked with the spec; the program is built once, here
     sig = signature_for(dataset.name)
     metric = metric_for(dataset.name)
     default, role_lms = build_lms(spec, method, temperature)

@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from dspy_for.experiments.core.summary import summarize
-from dspy_for.experiments.reports.diagnostics import round_accuracy
+from dspy_for.experiments.reports.diagnostics import diagnostics_text, method_diagnostics, round_accuracy
 from dspy_for.experiments.reports.judge import (
     JUDGE_HEADER,
     judge_figure,
@@ -40,11 +40,16 @@ __all__ = [
 
 def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
     """One row per method × dataset (:meth:`~dspy_for.experiments.core.summary.Summary.row`, paired with the
-    baseline), then one per method that could not run (``error``)."""
+    baseline, with the method's ``diagnostics`` when its registry entry declares them), then one per method that
+    could not run (``error``)."""
     rows = []
+    names = {m.label: m.name for m in result.spec.methods}
     for dataset, by_label in result.results.items():
         base = by_label.get(result.spec.baseline or "")
-        rows += [{"dataset": dataset, **summarize(r, base).row()} for r in by_label.values()]
+        for r in by_label.values():
+            row = {"dataset": dataset, **summarize(r, base).row()}
+            found = method_diagnostics(names[r.label], r.scored, metric_for(dataset)) if r.label in names else None
+            rows.append({**row, "diagnostics": found} if found is not None else row)
         rows += [
             {"dataset": dataset, "method": label, "error": err} for label, err in result.errors.get(dataset, {}).items()
         ]
@@ -140,7 +145,7 @@ def legend(result: ComparisonResult) -> str:
 
 def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
     """One line per method with its unparsed count, tokens per item by role and the mean of its per-item
-    stats (e.g. FOR's rounds used, ProRefine's steps used and refined share)."""
+    stats (e.g. FOR's rounds used, ProRefine's steps used and refined share), then its diagnostics, if any."""
     lines = []
     for row in result.rows:
         if row["dataset"] != dataset or "error" in row or row["accuracy"] is None:
@@ -164,6 +169,8 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
         if stats:
             line += "; mean " + ", ".join(f"{key} {value:.2f}" for key, value in sorted(stats.items()))
         lines.append(line)
+        if row.get("diagnostics"):
+            lines.append(f"{row['method']} diagnostics: {diagnostics_text(row['diagnostics'])}")
     return lines
 
 

@@ -4,7 +4,8 @@ sweep trial, ``--final-test`` and the measurement scripts take one path (:mod:`d
 
 :class:`RunSpec` is the core every run shares (LMs per role and their options, sampling, threads,
 tracking, results, an optional judge); :class:`ExperimentSpec` adds datasets × methods for ``compare``;
-:class:`~dspy_for.experiments.sweeps.spec.SweepSpec` adds a search space, objectives and storage.
+:class:`~dspy_for.experiments.sweeps.spec.SweepSpec` adds a search space, objectives and storage;
+:class:`ProgramSpec` one method and no dataset, for ``ask``.
 API keys never go in a spec: they come from the environment (``OPENAI_API_KEY``, ...).
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "ExperimentSpec",
     "JudgeConfig",
     "MethodConfig",
+    "ProgramSpec",
     "RunSpec",
     "load_examples",
     "prompts_fingerprint",
@@ -55,6 +57,16 @@ class MethodConfig:
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
+
+    def validate(self) -> None:
+        """Its options (names, and values: the method is built without LMs, which calls nothing), its roles and their
+        LM specs — the one check of a method's options in a run, before anything runs."""
+        entry = get_method(self.name)
+        entry.validate_options(self.options)
+        entry.validate_roles(self.role_lms)
+        for s in self.role_lms.values():
+            if isinstance(s, str):
+                check_lm_spec(s)
 
 
 @dataclass
@@ -285,6 +297,29 @@ def _lms_in(value: Any) -> Iterable[dspy.BaseLM]:
 
 
 @dataclass(kw_only=True)
+class ProgramSpec(RunSpec):
+    """One method's program with the run's LMs, and no dataset (``dspy-for ask``)."""
+
+    method: MethodConfig
+
+    def dataset_configs(self) -> list[DatasetConfig]:
+        return []
+
+    def with_datasets(self, **changes: Any) -> ProgramSpec:
+        return self
+
+    def method_roles(self) -> set[str]:
+        return set(get_method(self.method.name).roles)
+
+    def _method_lms(self, role: str) -> list[LMSpec]:
+        return [self.method.role_lms[role]] if role in self.method.role_lms else []
+
+    def validate(self) -> ProgramSpec:
+        self.method.validate()
+        return super().validate()
+
+
+@dataclass(kw_only=True)
 class ExperimentSpec(RunSpec):
     """A comparison: every method on every dataset (``dspy-for compare``)."""
 
@@ -312,9 +347,6 @@ class ExperimentSpec(RunSpec):
         "batch_size",
         "max_total_tokens",
     )
-    #: the methods `match_budget` sizes from FOR's and CoT's measured cost (k: self-consistency, defender_sc;
-    #: N: Refine); every other method runs with its own options
-    SIZED_BY_MATCH_BUDGET: ClassVar[tuple[str, ...]] = ("self_consistency", "defender_sc", "refine")
 
     def dataset_configs(self) -> list[DatasetConfig]:
         return self.datasets
@@ -338,12 +370,7 @@ class ExperimentSpec(RunSpec):
         if dupes:
             raise ConfigError(f"Method label `{dupes[0]}` is used twice: give each `[[methods]]` a unique `label`.")
         for m in self.methods:
-            spec = get_method(m.name)
-            spec.validate_options(m.options)
-            spec.validate_roles(m.role_lms)
-            for s in m.role_lms.values():
-                if isinstance(s, str):
-                    check_lm_spec(s)
+            m.validate()
         super().validate()
         if self.baseline is not None and self.baseline not in labels:
             raise ConfigError(f"`baseline` `{self.baseline}` is not a method label. Labels: {', '.join(labels)}.")
@@ -361,7 +388,7 @@ class ExperimentSpec(RunSpec):
             return
         if len(self.methods) < 2:
             raise ConfigError("`sequential = true` compares methods with the baseline: give at least two methods.")
-        sized = [m.label for m in self.methods if m.name in self.SIZED_BY_MATCH_BUDGET]
+        sized = [m.label for m in self.methods if get_method(m.name).sized is not None]
         if self.match_budget and sized:
             raise ConfigError(
                 f"`match_budget` sizes {', '.join(sized)} from FOR's cost over the whole run, which a sequential "

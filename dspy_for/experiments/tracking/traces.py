@@ -133,7 +133,7 @@ def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor
     """The trace's info (with its assessments) and its finished spans, every text masked."""
     from mlflow.entities import TraceInfo, TraceLocation, TraceState
 
-    calls = call_spans(landed.item, () if landed.reused else landed.calls)
+    calls = call_spans(landed.item, () if landed.reused else landed.calls, ctx.method)
     item, shown = _masked(landed.item, calls)
     kind = outcome(item)
     reused_from = item.origin if landed.reused else None
