@@ -60,10 +60,11 @@ class Sized:
 
 def budget_calls(budget: float, per_call: float) -> int:
     """The one budget sizer: how many calls of ``per_call`` tokens (CoT's measured tokens per item) a ``budget`` of
-    tokens per item buys, rounded to the nearest whole call, a half up (7.73 → 8, 7.5 → 8, 7.49 → 7): a sized method
-    spends its budget to within half a CoT call either way. Compare's ``match_budget`` (the budget: the reference
-    method's measured tokens per item) and advise's ``--budget`` / ``--budget-usd`` both size with it."""
-    return math.floor(budget / per_call + 0.5)
+    tokens per item buys, rounded to the nearest whole call, a half down (7.73 → 8, 7.5 → 7, 7.49 → 7; a ratio within
+    1e-9 of a half counts as one): a sized method spends its budget to within half a CoT call, and a tie never goes
+    over it. Compare's ``match_budget`` (the budget: the reference method's measured tokens per item) and advise's
+    ``--budget`` / ``--budget-usd`` both size with it."""
+    return math.ceil(budget / per_call - 0.5 - 1e-9)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,6 @@ def test_budget_usd_sizes_k_from_the_command_line(server, tmp_path):
     flat = " ".join(out.output.split())
     assert out.exit_code == 0, out.output
     assert "budget $0.0001/item" in flat and "$/item" in flat
-    sized = re.search(r"k = ⌊\$0\.0001 / CoT's \$([0-9.e-]+) per item on the pilot⌋ = (\d+)", flat)
+    sized = re.search(r"k = \$0\.0001 / CoT's \$([0-9.e-]+) per item on the pilot → (\d+)", flat)
     assert sized is not None, flat
     assert int(sized.group(2)) >= 2 and f"self_consistency (k={sized.group(2)})" in flat

@@ -79,7 +79,7 @@ def test_the_sizing_budget_is_the_smaller_of_the_token_budget_and_what_the_dolla
     options, how = sized_options(sc, None, 100, budget_usd=0.0003, cot_cost=0.0001)
     assert options == {"k": 3} and "--budget-usd" in how  # 0.0003 / 0.0001 is 2.9999999999999996 in floats
     options, how = sized_options(sc, 250, 100, budget_usd=0.0003, cot_cost=0.0001)
-    assert options == {"k": 2} and "⌊250 / 100⌋ = 2" in how
+    assert options == {"k": 2} and "250 / 100 → 2" in how  # 2.5 calls: a half rounds down
     options, how = sized_options(sc, None, 100, budget_usd=0.00015, cot_cost=0.0001)
     assert options is None and "needs k ≥ 2" in how
     options, how = sized_options(sc, None, 100, budget_usd=0.001, cot_cost=0.0)
@@ -98,7 +98,7 @@ def test_budget_usd_sizes_k_from_cots_dollars_and_drops_a_candidate_over_it(inst
     budget_usd = 3.5 * cost
     advice = advise(**kw, methods="cot,self_consistency,for", budget_usd=budget_usd, budget=100 * tokens)
     sc, for_ = advice.outcome("self_consistency"), advice.outcome("for")
-    assert sc.options == {"k": 3} and "--budget-usd" in sc.sized  # ⌊3.5⌋, though the tokens allow 100
+    assert sc.options == {"k": 3} and "--budget-usd" in sc.sized  # 3.5 calls: a half rounds down; the tokens allow 100
     assert for_.status == "over budget" and for_.over == ["--budget-usd"] and for_.result is not None
     assert f"${for_.result.cost_per_item:.3g}/item on the pilot's 4 item(s) > budget ${budget_usd:g}/item" in (
         for_.reason

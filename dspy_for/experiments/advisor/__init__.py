@@ -1,10 +1,9 @@
 """``dspy-for advise`` / :func:`advise`: for the user's LM, task and token budget, which method should they run?
 
-1. **Candidates** (:mod:`.candidates`): every registered method that reads no gold label — single, CoT,
-   self-consistency (fixed k and stopping on agreement), FOR N = 1 + Host, ProRefine, Refine, Defender
-   self-consistency, the cascade — or those ``methods`` names. Self-consistency's k and Refine's N are sized from
-   CoT's measured cost: k = ⌊budget / CoT's tokens per item⌋, the budget lowered to what ``budget_usd`` buys at
-   CoT's $/item when that is less (:mod:`.candidates`).
+1. **Candidates** (:mod:`.candidates`): every registered method that reads no gold label, at the settings its registry
+   entry declares — or those ``methods`` names. A method a budget sizes (self-consistency's k, Refine's N) is sized
+   from CoT's measured cost: k = budget / CoT's tokens per item to the nearest whole call (the registry's one sizer),
+   the budget lowered to what ``budget_usd`` buys at CoT's $/item when that is less (:mod:`.candidates`).
 2. **Pilot**: each candidate runs the first ``pilot`` items of one seeded order; one over a budget (its measured
    tokens per item > ``budget``, or USD per item > ``budget_usd``) is dropped with that reason. No candidate left:
    an error naming ``--budget`` / ``--budget-usd`` (:mod:`.budget`; ``budget_usd`` needs every LM priced).

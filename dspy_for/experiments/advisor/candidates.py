@@ -1,38 +1,25 @@
-"""The methods ``advise`` weighs: every registered method that reads no gold label, at the settings a budget makes
-sense of, sized to the budget from CoT's measured cost, and the exact Python line that builds the one it picks.
+"""The methods ``advise`` weighs: every registered method that reads no gold label, at the settings its registry entry
+declares (:attr:`~dspy_for.experiments.methods.MethodEntry.presets`; none: one, at its defaults), its budgeted option
+sized to the budget from CoT's measured cost, and the exact Python line that builds the one it picks.
 
-Settings (a *candidate* is a label, a registry method and its options):
-
-=============================  ====================================================================
-``single``, ``cot``            as registered
-``self_consistency``           k CoT samples, majority vote; k = ⌊sizing budget / CoT's tokens per item⌋ (≥ 2)
-``self_consistency_agreement`` the same with ``stop="agreement"``: stops sampling once the vote is settled, k the cap
-``defender_sc``                self-consistency over FOR's Defender prompt, ``stop="agreement"``, k sized the same way
-``for``                        FOR N = 1 + Host (``rounds=1, host=True``)
-``prorefine``                  as registered (``verifier="none"``: no gold label)
-``refine``                     ``dspy.Refine`` over CoT, N = ⌊sizing budget / CoT's tokens per item⌋ attempts (a cap)
-``cascade``                    as registered (Defender samples → more samples → FOR's debate, only on disagreement)
-=============================  ====================================================================
-
-The *sizing budget* (tokens per item) is the token budget; with ``budget_usd`` (USD per item) and CoT's measured
-USD per item it is min(budget, budget_usd / CoT's $/item × CoT's tokens per item) — the tokens the dollars buy at
-CoT's rate (a free CoT, e.g. a local model, leaves it at the token budget). Without either budget, k and N keep
-the registry's defaults.
-
-Any other registered method (e.g. one a user registered) is a candidate at its defaults. A method whose options read
-the gold label (ProRefine's oracle verifier) is never a candidate: it cannot be deployed.
+A *candidate* is a label, a registry method and its options. A method a budget sizes (its entry's ``sized``: k
+samples, N attempts) gets k = the *sizing budget* / CoT's tokens per item, to the nearest whole call (the one sizer,
+:func:`~dspy_for.experiments.methods.budget_calls`), and is dropped when that is fewer calls than it takes. The sizing
+budget (tokens per item) is the token budget; with ``budget_usd`` (USD per item) and CoT's measured USD per item it is
+min(budget, budget_usd / CoT's $/item × CoT's tokens per item) — the tokens the dollars buy at CoT's rate (a free
+CoT, e.g. a local model, leaves it at the token budget). Without either budget, k and N keep the registry's defaults.
+A method whose options read the gold label (ProRefine's oracle verifier) is never a candidate: it cannot be deployed.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import get_method, list_methods
+from dspy_for.experiments.methods import Preset, budget_calls, get_method, list_methods
 from dspy_for.experiments.spec import RunSpec
 
 __all__ = ["Candidate", "python_line", "select_candidates", "sized_options", "sizing_budget", "spec_line"]
@@ -49,33 +36,17 @@ class Candidate:
     note: str = ""
 
 
-_PRESETS: dict[str, tuple[Candidate, ...]] = {
-    "self_consistency": (
-        Candidate("self_consistency", "self_consistency", {}, "k", "k samples, majority vote"),
-        Candidate(
-            "self_consistency_agreement",
-            "self_consistency",
-            {"stop": "agreement"},
-            "k",
-            "stops sampling once the vote is settled; k the cap",
-        ),
-    ),
-    "defender_sc": (
-        Candidate("defender_sc", "defender_sc", {"stop": "agreement"}, "k", "Defender prompt, stop on agreement"),
-    ),
-    "for": (Candidate("for", "for", {"rounds": 1, "host": True}, None, "FOR N = 1 + Host"),),
-    "refine": (Candidate("refine", "refine", {}, "N", "up to N attempts"),),
-}
-_FIRST = ("single", "cot")  # measured first: CoT's cost sizes k and N
+UNIT = "cot"  # measured first: its tokens (and $) per item size k and N
 
 
 def _all_candidates() -> list[Candidate]:
     out = []
-    for spec in list_methods():
-        for c in _PRESETS.get(spec.name, (Candidate(spec.name, spec.name),)):
-            if not spec.uses_labels({**spec.defaults, **c.options}):
-                out.append(c)
-    return sorted(out, key=lambda c: (c.label not in _FIRST, _FIRST.index(c.label) if c.label in _FIRST else 0))
+    for entry in list_methods():
+        sized = entry.sized.option if entry.sized is not None else None
+        for p in entry.presets or (Preset(entry.name),):
+            if not entry.uses_labels({**entry.defaults, **p.options}):
+                out.append(Candidate(p.label, entry.name, dict(p.options), sized, p.note))
+    return sorted(out, key=lambda c: c.method != UNIT)
 
 
 def select_candidates(methods: str | Sequence[str] | None) -> list[Candidate]:
@@ -87,7 +58,7 @@ def select_candidates(methods: str | Sequence[str] | None) -> list[Candidate]:
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else [str(m).strip() for m in methods]
     names = [n for n in names if n]
     if not names:
-        raise ConfigError("`--methods` is empty: give candidate names such as `cot,self_consistency,for`.")
+        raise ConfigError(f"`--methods` is empty: give candidate names, e.g. `{','.join(c.label for c in every[:3])}`.")
     by_label = {c.label: c for c in every}
     chosen: list[Candidate] = []
     for name in names:
@@ -123,11 +94,6 @@ def sizing_budget(
     return (budget, "--budget") if budget is not None else (None, "")
 
 
-def _floor(x: float) -> int:
-    """⌊x⌋ of a ratio of measured numbers, a ratio within 1e-9 of an integer counted as it (0.0003 / 0.0001 is 3)."""
-    return math.floor(x * (1 + 1e-9))
-
-
 def sized_options(
     c: Candidate,
     budget: float | None,
@@ -136,8 +102,9 @@ def sized_options(
     budget_usd: float | None = None,
     cot_cost: float | None = None,
 ) -> tuple[dict[str, Any] | None, str]:
-    """``c``'s options with its sized option set from the sizing budget (module docstring; ``(None, reason)`` when
-    it leaves too few samples or attempts), and how it was sized (empty when nothing was)."""
+    """``c``'s options with its sized option set from the sizing budget by the registry's one sizer (module
+    docstring; ``(None, reason)`` when it leaves too few samples or attempts), and how it was sized (empty when
+    nothing was)."""
     options = dict(c.options)
     if c.sized is None or (budget is None and budget_usd is None):
         return options, ""
@@ -147,17 +114,17 @@ def sized_options(
     if tokens is None:  # only --budget-usd, and CoT costs nothing (or has no price): dollars do not bound it
         cot = "costs $0/item" if cot_cost is not None else "has no $/item (an LM without a price)"
         return options, f"not sized: CoT {cot}, so `--budget-usd` leaves {c.sized} at its default"
+    entry = get_method(c.method)
+    n = budget_calls(tokens, cot_tokens)
     if flag == "--budget-usd" and budget_usd is not None and cot_cost is not None:
-        n = _floor(budget_usd / cot_cost)
         source = f"${budget_usd:g} / CoT's ${cot_cost:.3g} per item on the pilot"
-        how = f"{c.sized} = ⌊{source}⌋ = {n} (--budget-usd: {tokens:,.0f} tokens/item at CoT's rate)"
+        how = f"{c.sized} = {source} → {n} (--budget-usd: {tokens:,.0f} tokens/item at CoT's rate)"
     else:
-        n = _floor(tokens / cot_tokens)
-        how = f"{c.sized} = ⌊{tokens:,.0f} / {cot_tokens:,.0f}⌋ = {n} (budget / CoT's tokens per item on the pilot)"
-    least = 2 if c.sized == "k" else 1
-    if n < least:
-        return None, f"over budget: {how}; it needs {c.sized} ≥ {least}"
-    return {**options, c.sized: n}, how
+        how = f"{c.sized} = {tokens:,.0f} / {cot_tokens:,.0f} → {n} (budget / CoT's tokens per item on the pilot)"
+    sized = entry.sized_to(options, tokens, cot_tokens)
+    if sized is None:
+        return None, f"over budget: {how}; it needs {c.sized} ≥ {entry.sized.least if entry.sized else 1}"
+    return sized, how
 
 
 def _lm_text(lm: Any, options: Mapping[str, Any]) -> str:

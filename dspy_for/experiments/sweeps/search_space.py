@@ -12,7 +12,7 @@ In a sweep config each searched option is a table under ``[search]``::
     type = "categorical"
     choices = [true, false]
 
-Option names must be options of the method (``MethodSpec.defaults``) or ``temperature``. With a
+Option names must be options of the method (``MethodEntry.defaults``) or ``temperature``. With a
 ``compile`` table in the sweep (compile the program, then evaluate it), the compile optimizer's options
 are searched under ``[search.compile.<option>]`` (e.g. TextGrad's ``steps_per_epoch`` and ``batch_size``;
 see :data:`COMPILE_OPTIONS`) and reach the trial as ``compile.<option>``.
