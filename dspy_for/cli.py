@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -373,8 +372,7 @@ def ui(
 
 
 def main() -> None:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    app()
+    app()  # litellm's offline defaults are set already: `import dspy_for` applies dspy_for._offline
 
 
 if __name__ == "__main__":

@@ -172,8 +172,9 @@ def test_committed_results_are_found_by_the_run_path(role_lm, dataset):
         assert len(ResultStore(path).load()) >= 28  # 30 or 50 items, less any stored as failed
 
 
-# The committed per-item results of experiments/for_measure.py (and of experiments/matched_budget.toml, which
-# shares its results directory and so reuses them): FOR, CoT and single on GSM8K val with the 1.5B.
+# The committed per-item results of experiments/for_measure.toml (written by the script it replaced,
+# experiments/for_measure.py; experiments/matched_budget.toml shares its results directory and so reuses them): FOR,
+# CoT and single on GSM8K val with the 1.5B.
 COMMITTED_FOR = {
     "single": "2cb981680a77",
     "cot": "eafd6996eea0",
@@ -213,6 +214,7 @@ def test_committed_for_results_are_found_by_the_run_path():
 # (matched_budget.toml's self-consistency and Refine keys depend on the k and N that `match_budget` sizes at
 # run time: they are pinned below at the sizes the stored runs got.)
 COMMITTED_FOR_CONFIGS = {
+    "for_measure.toml": COMMITTED_FOR,
     "for_asymmetry.toml": {
         "cot_0.5b": "a331b8f65049",
         "for_asym_n1_host": "b77a4418d8a9",
@@ -283,9 +285,9 @@ def test_committed_matched_budget_baselines_are_found_by_the_run_path(label, fir
 
 
 # The FOR paper's Figure 2 layout (issue 18): the first N GSM8K val items of single, CoT and FOR N = 3 + Host,
-# each graded by the 1.5B judge with today's grading prompt, so `for_measure.py --judge-lm
-# local/qwen2.5-coder-1.5b --methods single,cot,for_n3_host` reprints the table without an LM call (and, at
-# `--first 100`, grades only what is new).
+# each graded by the 1.5B judge with today's grading prompt, so `dspy-for compare experiments/for_measure.toml
+# --judge-lm local/qwen2.5-coder-1.5b --methods single,cot,for_n3_host` reprints the table without an LM call (and,
+# at `--first 100`, grades only what is new).
 FIGURE_2_JUDGED = {"single": 100, "cot": 100, "for_n3_host": 100}
 
 

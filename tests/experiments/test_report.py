@@ -114,3 +114,40 @@ def test_frontier_plot_names_every_scored_method_in_a_legend_beside_the_axes():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["for_n1_host", "self_consistency"]
     assert not ax.texts  # no labels drawn over the markers
     assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1  # right of the axes
+
+
+def test_the_compare_report_gives_a_methods_declared_diagnostics():
+    """What for_measure.py printed beside the table: a FOR run's debate diagnostics, declared by its registry entry,
+    are in its summary row and under the table; a method without any has none."""
+    from dspy_for.experiments.core.records import ComparisonResult, ItemResult, MethodResult
+    from dspy_for.experiments.reports.table import detail_lines, summary_rows
+    from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig
+
+    def record(i, answers, turns):
+        return ItemResult(
+            id=str(i),
+            question=f"q{i}",
+            gold=36.0,
+            prediction={"answer": answers[-1]},
+            score=float(answers[-1] == 36.0),
+            usage={"total": {"calls": 3, "prompt_tokens": 10, "completion_tokens": 5}},
+            trajectory=turns,
+            answers_by_round=[{"answer": a} for a in answers],
+        )
+
+    debate = [record(0, [36.0, 15.0], [q(1, 0, ["Why 3?"]), rev(1, True)]), record(1, [36.0, 36.0], [rev(1, False)])]
+    cot = [record(0, [36.0], []), record(1, [7.0], [])]
+    spec = ExperimentSpec(
+        datasets=[DatasetConfig("gsm8k", "sample")],
+        methods=[MethodConfig("cot"), MethodConfig("for_paper", "paper_debate")],
+        baseline="cot",
+    )
+    result = ComparisonResult(spec, results={"gsm8k": {"cot": MethodResult("cot", cot)}})
+    result.results["gsm8k"]["paper_debate"] = MethodResult("paper_debate", debate)
+    result.rows = summary_rows(result)
+    by_method = {row["method"]: row for row in result.rows}
+    assert "diagnostics" not in by_method["cot"]
+    assert by_method["paper_debate"]["diagnostics"]["revisions"] == 2
+    assert by_method["paper_debate"]["diagnostics"]["flips"][0]["right_to_wrong"] == 1
+    line = next(x for x in detail_lines(result, "gsm8k") if x.startswith("paper_debate diagnostics:"))
+    assert "revisions 2" in line and "error_found_rate 0.50" in line and "[round 1, right_to_wrong 1" in line
