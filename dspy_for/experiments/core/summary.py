@@ -3,6 +3,12 @@ uses — the comparison table, MLflow metrics, a sweep trial's objective and use
 
 Numbers are over the *scored* items only; failed items are errors, counted apart and never a score. When no
 item was scored, accuracy, its interval and every cost are ``None`` (absent), never 0.
+
+A record has three shapes on its way to the table, each for a reason: an
+:class:`~dspy_for.experiments.core.records.ItemResult` is one item's record as stored (what a resumed run reuses);
+a :class:`~dspy_for.experiments.core.records.MethodResult` is one run's records (per-item values: epochs reduced,
+items paired by content for the tests); a :class:`Summary` is the numbers, named as the table's row has them —
+:meth:`Summary.row` is it as plain data, :meth:`Summary.metrics` the flat floats MLflow takes.
 """
 
 from __future__ import annotations
@@ -13,27 +19,16 @@ from typing import Any
 from dspy_for.experiments.core.records import MethodResult
 from dspy_for.stats import bootstrap_interval, cohens_kappa, mean_with_ci, paired_comparison
 
-__all__ = ["JUDGE_SCORES", "Paired", "Summary", "judge_summary", "summarize"]
+__all__ = ["JUDGE_SCORES", "Summary", "judge_summary", "summarize"]
 
 JUDGE_SCORES = ("judged_accuracy", "quality.reasoning", "quality.coherence", "quality.holistic")
 
 
 @dataclass(frozen=True)
-class Paired:
-    """A method against the baseline on the items both scored (matched by content)."""
-
-    diff: float
-    low: float
-    high: float
-    p_value: float
-    n: int
-
-
-@dataclass(frozen=True)
 class Summary:
-    """One method's numbers (see the module docstring)."""
+    """One method's numbers (see the module docstring), named as the table's row has them."""
 
-    label: str
+    method: str  # the method's label
     n: int  # scored items
     failed: int
     unparsed: int
@@ -59,7 +54,13 @@ class Summary:
     stats: dict[str, float]
     errors: dict[str, int]
     judge: dict[str, Any] = field(default_factory=dict)
-    vs_baseline: Paired | None = None
+    #: against the baseline on the items both scored (matched by content): the difference in accuracy, its interval,
+    #: the paired test's p-value (exact McNemar for 0/1 scores, else a paired bootstrap) and the items paired
+    delta: float | None = None
+    delta_low: float | None = None
+    delta_high: float | None = None
+    p_value: float | None = None
+    paired_n: int = 0
     role_collapse_rate: float | None = None
     per_role: dict[str, dict[str, float]] = field(default_factory=dict)  # per scored item: served/spent/cached, calls
 
@@ -114,21 +115,10 @@ class Summary:
         return out
 
     def row(self) -> dict[str, Any]:
-        """The summary as plain data (the table's row, ``summary.jsonl``, the final test)."""
+        """The summary as plain data (the table's row, ``summary.jsonl``, the final test): its fields, but the
+        per-role numbers (MLflow's metrics have them) and an empty ``judge``."""
         out = asdict(self)
-        paired = out.pop("vs_baseline")
-        out["method"] = out.pop("label")
         out.pop("per_role")
-        out["delta"] = out["delta_low"] = out["delta_high"] = out["p_value"] = None
-        out["paired_n"] = 0
-        if paired is not None:
-            out.update(
-                delta=paired["diff"],
-                delta_low=paired["low"],
-                delta_high=paired["high"],
-                p_value=paired["p_value"],
-                paired_n=paired["n"],
-            )
         if not out["judge"]:
             out.pop("judge")
         return out
@@ -157,7 +147,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
     total = usage.total
     served_usd = total.served_cost_usd
     return Summary(
-        label=result.label,
+        method=result.label,
         n=result.n_scored,
         failed=result.n_failed,
         unparsed=result.n_unparsed,
@@ -184,21 +174,23 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         stats=result.stats_mean,
         errors=dict(result.error_counts()),
         judge=judge_summary(result, baseline),
-        vs_baseline=_paired(result, baseline) if measured else None,
+        **(_paired(result, baseline) if measured else {}),
         role_collapse_rate=collapse,
         per_role=per_role if measured else {},
     )
 
 
-def _paired(result: MethodResult, baseline: MethodResult | None) -> Paired | None:
+def _paired(result: MethodResult, baseline: MethodResult | None) -> dict[str, Any]:
+    """``delta``, ``delta_low``, ``delta_high``, ``p_value`` and ``paired_n`` of ``result`` against ``baseline`` (none
+    without a baseline or an item both scored)."""
     if baseline is None or baseline is result:
-        return None
+        return {}
     mine, theirs = result.scores_by_key(), baseline.scores_by_key()
     common = [k for k in mine if k in theirs]
     if not common:
-        return None
+        return {}
     p = paired_comparison([mine[k] for k in common], [theirs[k] for k in common])
-    return Paired(p.diff, p.low, p.high, p.p_value, len(common))
+    return {"delta": p.diff, "delta_low": p.low, "delta_high": p.high, "p_value": p.p_value, "paired_n": len(common)}
 
 
 def judge_summary(r: MethodResult, base: MethodResult | None) -> dict[str, Any]:
