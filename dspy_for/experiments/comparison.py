@@ -31,7 +31,7 @@ from dspy_for.experiments.core import (
 )
 from dspy_for.experiments.core.records import ComparisonResult
 from dspy_for.experiments.core.sinks import interruptible
-from dspy_for.experiments.methods import get_method
+from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
@@ -110,22 +110,18 @@ def _phases(spec: ExperimentSpec) -> list[list[MethodConfig]]:
     return [[m for m in spec.methods if m not in sized], sized]
 
 
-#: the unit of a matched budget: a sized method's k samples or N attempts each cost about one call of this method
-UNIT = "cot"
-
-
 def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: MethodConfig) -> dict[str, Any]:
     """``m``'s options with its sized option (its registry entry's ``sized``: k samples, N attempts; a cap where the
     method stops early) set to spend about the budget reference's measured tokens per item (the run's first method
     whose entry is one) in calls of CoT's measured tokens per item, by the one budget sizer
     (:meth:`~dspy_for.experiments.methods.MethodEntry.sized_to`: the nearest whole number of calls)."""
     ref = next((done[x.label] for x in spec.methods if get_method(x.name).budget_reference and x.label in done), None)
-    unit = next((done[x.label] for x in spec.methods if x.name == UNIT and x.label in done), None)
+    unit = next((done[x.label] for x in spec.methods if x.name == BUDGET_UNIT and x.label in done), None)
     if ref is None or unit is None or not ref.n_scored or not unit.n_scored:
         logger.warning(
             "match_budget needs a budget reference (a method whose registry entry sets the budget, e.g. FOR-Prompting) "
             "and a `%s` method with scored items; %s keeps its options",
-            UNIT,
+            BUDGET_UNIT,
             m.label,
         )
         return m.options

@@ -177,7 +177,7 @@ def test_a_method_revision_does_not_reuse_results_stored_by_older_code(scripted,
 
     from dspy.clients.cache import Cache
 
-    from dspy_for.experiments import methods
+    from dspy_for.experiments.methods import entry as methods
 
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     results = tmp_path / "results"

@@ -11,9 +11,8 @@ import dspy
 import pytest
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments import methods
 from dspy_for.experiments.core.prepare import prepare_program, prepare_run
-from dspy_for.experiments.methods import MethodEntry, Sized, budget_calls, get_method, list_methods
+from dspy_for.experiments.methods import MethodEntry, Sized, budget_calls, entry, get_method, list_methods
 from dspy_for.experiments.spec.config import Overrides, load_spec
 from dspy_for.modules.for_view import FOR_VIEW
 from dspy_for.modules.prorefine_view import PROREFINE_VIEW
@@ -64,7 +63,7 @@ def test_options_are_checked_once_per_run(monkeypatch):
         built.append(options)
         return dspy.Predict(sig)
 
-    monkeypatch.setitem(methods._REGISTRY, "counted", MethodEntry("counted", "counts its builds", factory))
+    monkeypatch.setitem(entry._REGISTRY, "counted", MethodEntry("counted", "counts its builds", factory))
     spec = load_spec(None, lm="openai/fake", dataset="gsm8k", split="sample", methods="counted")
     assert len(built) == 1  # the spec's check: built without LMs
     prepare_run(spec, spec.datasets[0], spec.methods[0])

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import Preset, budget_calls, get_method, list_methods
+from dspy_for.experiments.methods import BUDGET_UNIT, Preset, budget_calls, get_method, list_methods
 from dspy_for.experiments.spec import RunSpec
 
 __all__ = ["Candidate", "python_line", "select_candidates", "sized_options", "sizing_budget", "spec_line"]
@@ -36,9 +36,6 @@ class Candidate:
     note: str = ""
 
 
-UNIT = "cot"  # measured first: its tokens (and $) per item size k and N
-
-
 def _all_candidates() -> list[Candidate]:
     out = []
     for entry in list_methods():
@@ -46,7 +43,7 @@ def _all_candidates() -> list[Candidate]:
         for p in entry.presets or (Preset(entry.name),):
             if not entry.uses_labels({**entry.defaults, **p.options}):
                 out.append(Candidate(p.label, entry.name, dict(p.options), sized, p.note))
-    return sorted(out, key=lambda c: c.method != UNIT)
+    return sorted(out, key=lambda c: c.method != BUDGET_UNIT)  # measured first: its cost sizes k and N
 
 
 def select_candidates(methods: str | Sequence[str] | None) -> list[Candidate]:
