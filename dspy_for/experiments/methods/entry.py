@@ -22,7 +22,6 @@ from dspy_for.modules.trajectory import TrajectoryView
 
 __all__ = [
     "BUDGET_UNIT",
-    "LM_OPTIONS",
     "MethodEntry",
     "Preset",
     "Sized",
@@ -32,7 +31,6 @@ __all__ = [
     "list_methods",
     "module_options",
     "register_method",
-    "with_lm",
 ]
 
 #: factory(signature, lms, **options) -> dspy.Module; ``lms``: each role's LM (None: ``dspy.configure``'s)
