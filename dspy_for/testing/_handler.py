@@ -9,13 +9,10 @@ import socket
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dspy.adapters.chat_adapter import ChatAdapter, FieldInfoWithName
 from dspy.signatures.field import OutputField
-
-if TYPE_CHECKING:
-    from dspy_for.testing.server import OpenAICompatibleServer
 
 #: responder(messages, max_tokens) -> dict of output field values or raw text (as dspy_for.testing.Responder)
 Responder = Callable[[list[dict[str, Any]], "int | None"], "dict[str, Any] | str"]
@@ -272,5 +269,5 @@ class HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256  # many clients connect at once (socketserver's 5 drops SYNs: 1 s client retries)
-    owner: OpenAICompatibleServer
+    owner: Any  # the OpenAICompatibleServer this serves (not imported: the server module imports this one)
     open_connections: set[socket.socket]

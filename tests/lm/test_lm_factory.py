@@ -103,7 +103,9 @@ def test_local_lm_defaults(monkeypatch, tmp_path):
     monkeypatch.setattr(server, "ensure_server", lambda *a, **k: fake)
     name = list_models()[0].name
     lm = make_lm(f"local/{name}")
-    assert isinstance(lm, LocalLM) and lm.retry_policy.num_retries == 1 and lm.kwargs["timeout"] == DEFAULT_LOCAL_TIMEOUT
+    assert (
+        isinstance(lm, LocalLM) and lm.retry_policy.num_retries == 1 and lm.kwargs["timeout"] == DEFAULT_LOCAL_TIMEOUT
+    )
 
 
 def test_check_lm_spec_starts_nothing(monkeypatch):

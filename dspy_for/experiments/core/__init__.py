@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dspy_for.experiments.core.prepare import PreparedRun, build_lms, prepare_run, program_run, role_lm, with_options
 from dspy_for.experiments.core.records import ItemResult, MethodResult
-from dspy_for.experiments.core.run import Evaluation, Feed, SpendLimit, evaluate, feed_together
+from dspy_for.experiments.core.run import Evaluation, Feed, evaluate, feed_together
 from dspy_for.experiments.core.sinks import Landed, RunInterrupted, RunStatus, Sink, StopRule
+from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.core.store import ResultStore
 from dspy_for.experiments.spec.model import load_examples
 

@@ -29,7 +29,7 @@ from dspy_for.secrets import redact, redact_obj
 from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epochs, spread
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.core.run import SpendLimit
+    from dspy_for.experiments.core.spend import SpendLimit
 
 __all__ = ["ComparisonResult", "ItemResult", "MethodResult", "record_key"]
 

@@ -38,6 +38,7 @@ from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult, record_key
 from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, critical, interruptible
+from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.core.store import ResultStore
 from dspy_for.lm.epochs import epoch
 from dspy_for.lm.usage import CallRecord, role, track_usage
@@ -215,30 +216,6 @@ class Feed:
     evaluation: Evaluation
     examples: Iterable[dspy.Example]
     stop: StopRule | None = None
-
-
-class SpendLimit:
-    """What a run may spend, in USD (``max_cost``; None: no limit). Every landed record's LM calls that were not
-    cache hits add their cost; once :attr:`reached`, :func:`feed_together` starts no item (those running finish).
-    A call without a price adds nothing and is counted in ``unpriced_calls``."""
-
-    def __init__(self, max_cost: float | None = None) -> None:
-        self.max_cost = max_cost
-        self.spent = 0.0
-        self.unpriced_calls = 0
-        self.not_started = 0  # items left out because the limit was reached
-
-    def add(self, calls: Iterable[CallRecord]) -> None:
-        for call in calls:
-            if call.ok and not call.cache_hit:
-                if call.cost is None:
-                    self.unpriced_calls += 1
-                else:
-                    self.spent += call.cost
-
-    @property
-    def reached(self) -> bool:
-        return self.max_cost is not None and self.spent >= self.max_cost
 
 
 @dataclass
