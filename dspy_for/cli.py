@@ -144,6 +144,10 @@ def compare(
     max_cost: MaxCostOpt = None,
     epochs: EpochsOpt = None,
     reducer: ReducerOpt = None,
+    traces: Annotated[
+        bool | None,
+        typer.Option("--traces/--no-traces", help="One MLflow trace per item (default on; off for big fast runs)."),
+    ] = None,
     results_dir: Annotated[
         str | None, typer.Option(help="Where per-item results are kept for resume (default mlruns/compare/items).")
     ] = None,
@@ -166,6 +170,7 @@ def compare(
         max_cost=max_cost,
         epochs=epochs,
         reducer=reducer,
+        traces=traces,
         results_dir=results_dir,
     )
     show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock

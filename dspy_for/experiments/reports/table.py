@@ -133,8 +133,8 @@ def legend(result: ComparisonResult) -> str:
     if repeated:
         reducers = sorted({r["reducer"] for r in repeated})
         text += (
-            f"; n×k: items × epochs, each item's value the {'/'.join(reducers)} of its epochs (reducer), the CI and "
-            "Δ over items (clusters), tok/item per answer"
+            f"; n×k: items × epochs, each item's value the {'/'.join(reducers)} of its epochs (reducer); the CI (for "
+            "means: Student's t over items) and Δ are over items as clusters; tok/item per answer"
         )
     if any(r["failed"] for r in rows):
         text += "; +N✗: answers that failed (LM errors), left out of accuracy and tokens"

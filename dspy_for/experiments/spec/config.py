@@ -120,6 +120,7 @@ class Overrides:
     max_cost: float | None = None  # USD a run may spend
     epochs: int | None = None  # repeats per item
     reducer: str | None = None  # how an item's epochs make one value: mean, majority, pass_at_k
+    traces: bool | None = None  # one MLflow trace per item
     # tracking and results
     experiment: str | None = None
     tracking_uri: str | None = None
@@ -165,6 +166,7 @@ _FIELDS = (
     "max_cost",
     "epochs",
     "reducer",
+    "traces",
     "experiment",
     "tracking_uri",
     "results_dir",

@@ -120,6 +120,7 @@ class RunSpec:
     #: of its own; ``reducer`` (mean, majority, pass_at_k) makes one value per item from them
     epochs: int = 1
     reducer: str = "mean"
+    traces: bool = True  #: one MLflow trace per item (false: metrics, params and items.jsonl only)
 
     #: fields that change no result (left out of fingerprints and result keys)
     NOT_RESULTS: ClassVar[tuple[str, ...]] = (
@@ -131,6 +132,7 @@ class RunSpec:
         "max_cost",
         "epochs",
         "reducer",
+        "traces",
     )
 
     # ------------------------------------------------------------------------------------- datasets

@@ -38,7 +38,8 @@ class MlflowSink:
     """See the module docstring. ``end_run``: whether closing ends the MLflow run (False: its owner ends it,
     e.g. a sweep's parent run that also holds the study's plots)."""
 
-    def __init__(self, run: PreparedRun, run_id: str, *, end_run: bool = True, trace: bool = True) -> None:
+    def __init__(self, run: PreparedRun, run_id: str, *, end_run: bool = True, trace: bool | None = None) -> None:
+        trace = run.spec.traces if trace is None else trace  # the spec's `traces` unless the caller says
         self.run, self.run_id, self.end_run, self.trace = run, run_id, end_run, trace
         self._context: Any = None
         self._trace_errors = 0
