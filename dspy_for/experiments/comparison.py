@@ -14,6 +14,7 @@ import logging
 import time
 import traceback
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +71,14 @@ def compare(
             store.log_params(parent, {"spec": spec_params, **store.environment_params()})
             for d in spec.datasets:
                 out.results[d.name], out.errors[d.name] = {}, {}
+            c = _Comparison(spec, parent, run_dir, items_dir, out, limit)
             if spec.sequential:
                 for d in spec.datasets:
-                    _run_sequential(spec, d, parent, run_dir, items_dir, out, limit)
+                    _run_sequential(c, d)
             else:
                 examples: dict[str, Any] = {}
                 for phase in _phases(spec):
-                    _run_together(spec, phase, examples, parent, run_dir, items_dir, out, limit)
+                    _run_together(c, phase, examples)
             _report(out, parent, run_dir)
         status = "FINISHED"
     except KeyboardInterrupt:
@@ -132,16 +134,21 @@ def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: Meth
     return sized
 
 
-def _run_sequential(
-    spec: ExperimentSpec,
-    d: DatasetConfig,
-    parent: str,
-    run_dir: Path,
-    items_dir: Path,
-    out: ComparisonResult,
-    limit: SpendLimit,
-) -> None:
-    """Every method of ``spec`` on dataset ``d`` at once, sequentially (:mod:`dspy_for.experiments.sequential`)."""
+@dataclass(frozen=True)
+class _Comparison:
+    """What every part of one comparison shares: its spec, MLflow parent run, directories, result and spend."""
+
+    spec: ExperimentSpec
+    parent: str
+    run_dir: Path
+    items_dir: Path
+    out: ComparisonResult
+    limit: SpendLimit
+
+
+def _run_sequential(c: _Comparison, d: DatasetConfig) -> None:
+    """Every method of the spec on dataset ``d`` at once, sequentially (:mod:`dspy_for.experiments.sequential`)."""
+    spec, parent, run_dir, items_dir, out, limit = c.spec, c.parent, c.run_dir, c.items_dir, c.out, c.limit
     runs: dict[str, PreparedRun] = {}
     children: dict[str, str] = {}
     examples = None
@@ -193,19 +200,11 @@ def prepare_tracked(
     return run, child, None
 
 
-def _run_together(
-    spec: ExperimentSpec,
-    methods: list[MethodConfig],
-    examples: dict[str, Any],
-    parent: str,
-    run_dir: Path,
-    items_dir: Path,
-    out: ComparisonResult,
-    limit: SpendLimit,
-) -> None:
+def _run_together(c: _Comparison, methods: list[MethodConfig], examples: dict[str, Any]) -> None:
     """``methods`` on every dataset, side by side on one pool of ``num_threads`` workers (each method × dataset a
     nested MLflow run streaming its items); ``examples`` keeps each dataset's items once loaded. With ``autolog``
     they run one after another, since mlflow.dspy.autolog traces into the one active run."""
+    spec, parent, run_dir, items_dir, out, limit = c.spec, c.parent, c.run_dir, c.items_dir, c.out, c.limit
     runs: list[tuple[PreparedRun, str]] = []
     for d in spec.datasets:
         for m in methods:

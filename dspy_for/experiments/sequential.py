@@ -25,15 +25,8 @@ from typing import Any, Literal
 import dspy
 
 from dspy_for.datasets import content_key
-from dspy_for.experiments.core import (
-    Evaluation,
-    Feed,
-    MethodResult,
-    PreparedRun,
-    ResultStore,
-    SpendLimit,
-    feed_together,
-)
+from dspy_for.experiments.core import Evaluation, Feed, MethodResult, PreparedRun, ResultStore, feed_together
+from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.sink import MlflowSink
