@@ -72,9 +72,10 @@ class MlflowSink:
             if landed and self._trace_errors <= 3:  # a store that keeps refusing: stop trying
                 try:
                     traces.log_item_traces(self._context, landed)
-                except Exception as exc:
+                except Exception as exc:  # a warning per item whose trace is missing, however they were batched
                     self._trace_errors += 1
-                    self._warn(exc, ", ".join(x.item.id for x in landed[:3]) + ("…" if len(landed) > 3 else ""))
+                    for x in landed:
+                        self._warn(exc, x.item.id)
             for _ in batch:
                 self._queue.task_done()
             if len(landed) < len(batch):
