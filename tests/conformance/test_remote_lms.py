@@ -239,3 +239,25 @@ def test_the_methods_of_a_comparison_share_one_pool_of_threads(endpoint, tmp_pat
     result = compare(spec)
     assert result.ok and all(r.n_scored == 4 for r in result.results["gsm8k"].values())
     assert server.max_concurrency_seen > 4  # more in flight than one method's 4 items: both ran side by side
+
+
+# ------------------------------------------------------------------------------------------------ epochs
+
+
+def test_epochs_with_a_plain_lm_at_temperature_1_are_distinct_calls_and_a_rerun_makes_none(
+    endpoint, tmp_path, monkeypatch
+):
+    from dspy_for.lm import configure_cache, factory
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dspy, "cache", dspy.cache)  # restored after the test, with the directory below
+    monkeypatch.setattr(factory, "_configured_dir", factory._configured_dir)
+    configure_cache(tmp_path / "dspy_cache")  # the DSPy cache on: only distinct rollout ids make new requests
+    server = endpoint()
+    lm = dspy.LM("openai/test-model", api_base=server.base_url, api_key=CANARY_KEY, temperature=1.0, cache=True)
+    result = compare(_spec(tmp_path, lm, first=2, epochs=3))
+    cot = result.results["gsm8k"]["cot"]
+    assert result.ok and cot.n == 6 and cot.n_scored == 2 and sorted({i.epoch for i in cot.items}) == [0, 1, 2]
+    assert len(server.responses) == 6  # every epoch of every item reached the endpoint: none replayed the cache
+    again = compare(_spec(tmp_path, lm, first=2, epochs=3))
+    assert again.results["gsm8k"]["cot"].n == 6 and len(server.responses) == 6  # the re-run makes no call
