@@ -12,7 +12,8 @@ through MLflow's span exporter):
 - :func:`new_trace_id` — ``generate_trace_id_v3`` for a trace without spans;
 - :func:`end_live_span`, :func:`finished_span` — ``LiveSpan.end`` / ``LiveSpan.to_immutable_span`` (``:meta private:``);
 - :func:`trace_metadata` — ``mlflow.tracing.constant.TraceMetadataKey`` / ``TRACE_SCHEMA_VERSION(_KEY)``;
-- :data:`CHAT_USAGE`, :data:`LLM_MODEL`, :data:`ASSESSMENT_RUN`, :data:`TRACE_NAME`, :data:`DATASET_CONTEXT` —
+- :data:`CHAT_USAGE`, :data:`LLM_MODEL`, :data:`LLM_COST`, :data:`ASSESSMENT_RUN`, :data:`TRACE_NAME`,
+  :data:`DATASET_CONTEXT` —
   MLflow's key names, checked against its constants by :func:`check_supported`.
 
 Datasets, runs, autolog masking:
@@ -47,6 +48,7 @@ __all__ = [
     "ASSESSMENT_RUN",
     "CHAT_USAGE",
     "DATASET_CONTEXT",
+    "LLM_COST",
     "LLM_MODEL",
     "SUPPORTED",
     "TRACE_NAME",
@@ -73,6 +75,7 @@ SUPPORTED = "mlflow>=3.5,<4"
 
 CHAT_USAGE = "mlflow.chat.tokenUsage"  # span attribute MLflow sums into a trace's token usage
 LLM_MODEL = "mlflow.llm.model"  # span attribute: the model an LM span called (the store indexes it)
+LLM_COST = "mlflow.llm.cost"  # span attribute: {"total_cost": USD}; MLflow prices a span without one itself
 ASSESSMENT_RUN = "mlflow.assessment.sourceRunId"  # assessment metadata: the run that produced it
 TRACE_NAME = "mlflow.traceName"  # trace tag: the name the UI lists a trace under
 DATASET_CONTEXT = "mlflow.data.context"  # dataset input tag: "training", "evaluation", "test", ...
@@ -103,6 +106,8 @@ _INTERNALS: tuple[tuple[str, str], ...] = (
 _KEYS: tuple[tuple[str, str, str], ...] = (
     ("mlflow.tracing.constant", "SpanAttributeKey.CHAT_USAGE", CHAT_USAGE),
     ("mlflow.tracing.constant", "SpanAttributeKey.MODEL", LLM_MODEL),
+    ("mlflow.tracing.constant", "SpanAttributeKey.LLM_COST", LLM_COST),
+    ("mlflow.tracing.constant", "CostKey.TOTAL_COST", "total_cost"),
     ("mlflow.tracing.constant", "AssessmentMetadataKey.SOURCE_RUN_ID", ASSESSMENT_RUN),
     ("mlflow.tracing.constant", "TraceTagKey.TRACE_NAME", TRACE_NAME),
     ("mlflow.utils.mlflow_tags", "MLFLOW_DATASET_CONTEXT", DATASET_CONTEXT),

@@ -5,7 +5,8 @@
   however many methods and threads it runs.
 * The limit adapts as Inspect AI's adaptive connections do (AIMD): it starts at ``max_connections`` (None: no
   limit of its own, as many requests as the threads send), is halved when the endpoint answers with a rate
-  limit, and grows by one after as many successes in a row as the limit is, up to ``max_connections``.
+  limit (once per window of requests, and back to the last limit that ran clean when a probe above it is
+  refused), and grows by one after as many successes in a row as the limit is, up to ``max_connections``.
 * A failed request is retried by `tenacity <https://tenacity.readthedocs.io>`_:
 
   - **rate limits** (429, 503, 529 and "overloaded" answers) for as long as the waits of one call add up to less
@@ -63,6 +64,12 @@ class AdaptiveLimit:
     """A concurrency limit that halves on rate limits and grows back on success (thread-safe).
 
     ``ceiling``: the most requests in flight (None: no limit until the endpoint rate-limits).
+
+    Two refinements keep it near what the endpoint takes instead of sawing between half and one over it, as TCP's
+    congestion control does: a rate limit lowers the limit **once per window** (the answers to requests sent before
+    the last decrease are not news: :meth:`acquire` returns the window a request was sent in); and the highest limit
+    that ran a full streak without a rate limit is remembered, so a probe one above it that is refused falls back
+    to it, and the next probe waits twice as many successes.
     """
 
     def __init__(self, ceiling: int | None = None) -> None:
@@ -72,7 +79,11 @@ class AdaptiveLimit:
         self.peak_in_flight = 0
         self.lowest: float = self._limit  # the lowest the limit went
         self.raised = 0  # how often it grew after a decrease
+        self.decreased = 0  # how often it was lowered
+        self._window = 0  # one more at each decrease
         self._streak = 0
+        self._clean: int | None = None  # the highest limit that ran a full streak since the last halving
+        self._patience = 1  # successes to wait, in multiples of the limit, before probing one higher
         self._cond = threading.Condition()
 
     @property
@@ -80,12 +91,14 @@ class AdaptiveLimit:
         """The current limit (None: no limit)."""
         return None if math.isinf(self._limit) else int(self._limit)
 
-    def acquire(self) -> None:
+    def acquire(self) -> int:
+        """Wait for a slot; return the window the request is sent in (for :meth:`on_rate_limit`)."""
         with self._cond:
             while self.in_flight >= self._limit:
                 self._cond.wait()
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            return self._window
 
     def release(self) -> None:
         with self._cond:
@@ -94,9 +107,9 @@ class AdaptiveLimit:
 
     @contextmanager
     def slot(self) -> Any:
-        self.acquire()
+        window = self.acquire()
         try:
-            yield
+            yield window
         finally:
             self.release()
 
@@ -107,21 +120,37 @@ class AdaptiveLimit:
                 self.ceiling = ceiling
                 self._limit = min(self._limit, float(ceiling))
 
-    def on_rate_limit(self) -> None:
-        """Halve the limit (from what was in flight when it is higher): multiplicative decrease."""
+    def on_rate_limit(self, window: int | None = None) -> None:
+        """A request sent in ``window`` was refused with a rate limit (None: a request of unknown window). Back to
+        the last clean limit when the refusal came just above it, else half of what was in flight when that is
+        lower than the limit: multiplicative decrease. A refusal of a request sent before the last decrease
+        changes nothing."""
         with self._cond:
+            if window is not None and window < self._window:
+                return
             base = min(self._limit, self.in_flight + 1)
-            self._limit = max(1.0, math.floor(base / 2))
+            if self._clean is not None and self._clean < base:
+                self._limit = float(self._clean)
+                self._patience = min(self._patience * 2, 64)
+            else:
+                self._limit = max(1.0, math.floor(base / 2))
+                self._clean, self._patience = None, 1
             self.lowest = min(self.lowest, self._limit)
             self._streak = 0
+            self._window += 1
+            self.decreased += 1
 
     def on_success(self) -> None:
-        """One more after ``limit`` successes in a row, up to the ceiling: additive increase."""
+        """One more after ``limit`` successes in a row (``limit × patience`` above the last clean limit), up to
+        the ceiling: additive increase."""
         with self._cond:
             if math.isinf(self._limit) or (self.ceiling is not None and self._limit >= self.ceiling):
                 return
             self._streak += 1
-            if self._streak >= self._limit:
+            if self._streak >= self._limit and int(self._limit) > (self._clean or 0):  # a probe ran clean
+                self._clean, self._patience = int(self._limit), 1
+            wait = self._limit * (self._patience if self._limit >= (self._clean or 0) else 1)
+            if self._streak >= wait:
                 self._streak = 0
                 self._limit += 1
                 self.raised += 1
@@ -148,13 +177,12 @@ class Endpoint:
         return f"{model} at {base}" if base else model
 
     def note_failure(self, exc: BaseException) -> None:
+        """Count a failed attempt (the limit hears of a rate limit from the attempt: :meth:`RetryPolicy.send`)."""
         with self._lock:
             self.failures += 1
             if is_rate_limit(exc):
                 self.rate_limited += 1
                 self.last_rate_limit = time.monotonic()
-        if is_rate_limit(exc):
-            self.limit.on_rate_limit()
 
     @property
     def throttled(self) -> bool:
@@ -268,19 +296,27 @@ class RetryPolicy:
         """``attempt()`` under ``where``'s limit, retried as the policy says."""
         for trial in Retrying(**self._tenacity(where)):
             with trial:
-                with where.limit.slot():
-                    out = attempt()
+                window: int | None = None
+                try:
+                    with where.limit.slot() as window:
+                        out = attempt()
+                except BaseException as exc:
+                    _heard(where, exc, window)
+                    raise
                 where.limit.on_success()
         return out
 
     async def asend(self, where: Endpoint, attempt: Callable[[], Awaitable[T]]) -> T:
         async for trial in AsyncRetrying(**self._tenacity(where)):
             with trial:
-                await asyncio.to_thread(where.limit.acquire)
+                window = await asyncio.to_thread(where.limit.acquire)
                 try:
                     out = await attempt()
-                finally:
+                except BaseException as exc:
                     where.limit.release()
+                    _heard(where, exc, window)
+                    raise
+                where.limit.release()
                 where.limit.on_success()
         return out
 
@@ -313,3 +349,9 @@ class RetryPolicy:
             "stop": stop,
             "reraise": True,
         }
+
+
+def _heard(where: Endpoint, exc: BaseException, window: int | None) -> None:
+    """Tell ``where``'s limit of a rate limit answered to a request sent in ``window`` (after its slot is freed)."""
+    if window is not None and is_rate_limit(exc):
+        where.limit.on_rate_limit(window)

@@ -7,7 +7,10 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import sqlite3
 import time
+from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -677,6 +680,30 @@ def test_a_failed_call_span_carries_its_error_and_a_cache_hit_is_not_priced():
     assert "mlflow.llm.model" not in span.attributes and span.attributes["dspy_for.model"] == "openai/gpt-4.1-mini"
     assert span.attributes["dspy_for.cache_hit"] is True and span.inputs is None  # its content was not kept
     assert span.attributes["dspy_for.content"].startswith("not kept")
+
+
+def test_a_priced_calls_span_carries_the_runs_own_price_and_the_trace_sums_it(tracked):
+    priced = replace(_call("task", 1_800_000_000.0), model="openai/test-model", cost=0.0125)
+    unpriced = replace(_call("task", 1_800_000_000.5), model="openai/test-model")  # nobody priced it: no cost
+    spans = call_spans(_item(usage=_usage(2)), [priced, unpriced])
+    assert spans[0].attributes["mlflow.llm.cost"] == {"total_cost": 0.0125}
+    assert "mlflow.llm.cost" not in spans[1].attributes
+    run_id = start_run("priced", "live")
+    ctx = tracing.trace_context(_run(), run_id)
+    item = _item(usage=_usage(1), id="d/s/priced", started_at=1_800_000_000.0, wall_time=0.2)
+    tracing.log_item_trace(ctx, Landed(item, (priced,), reused=False, changed=True))
+    (trace,) = _traces_of(run_id)
+    (call,) = _calls(trace)
+    assert call.attributes["mlflow.llm.cost"]["total_cost"] == pytest.approx(0.0125)  # ours, not a price looked up
+    assert json.loads(trace.info.trace_metadata["mlflow.trace.cost"])["total_cost"] == pytest.approx(0.0125)
+
+
+def test_a_sqlite_store_writes_ahead_and_mlflow_still_reads_it(tracked, store_dir):
+    db = store_dir / "mlruns" / "mlflow.db"
+    with closing(sqlite3.connect(db)) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
+    run_id = start_run("wal", "live")
+    assert mlflow.get_run(run_id).info.run_name == "wal"
 
 
 def test_an_unparsed_item_is_incorrect_not_failed():

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dspy_for.compat.mlflow import CHAT_USAGE, LLM_MODEL
+from dspy_for.compat.mlflow import CHAT_USAGE, LLM_COST, LLM_MODEL
 from dspy_for.experiments.methods import get_method, list_methods
 from dspy_for.jsonwalk import jsonable
 
@@ -76,8 +76,10 @@ class CallSpan:
         attrs: dict[str, Any] = {
             "dspy_for.role": c.role,
             "dspy_for.model": c.model,
-            # MLflow prices a span that names its model: only a call that reached the LM spent anything
+            # only a call that reached the LM spent anything: its model and its price (dspy-for's, the one the
+            # run reports; MLflow prices a span that names its model but has none, as an unpriced call's)
             **({} if c.cache_hit else {LLM_MODEL: c.model}),
+            **({LLM_COST: {"total_cost": c.cost}} if c.cost is not None and not c.cache_hit else {}),
             CHAT_USAGE: {
                 "input_tokens": c.prompt_tokens,
                 "output_tokens": c.completion_tokens,

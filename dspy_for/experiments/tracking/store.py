@@ -2,7 +2,9 @@
 
 Default store: MLflow 3's recommended database backend, a SQLite file inside ``./mlruns/``
 (``sqlite:///mlruns/mlflow.db``) with artifacts under ``./mlruns/artifacts``, created on first use;
-overridable with ``--tracking-uri`` or ``$MLFLOW_TRACKING_URI``.
+overridable with ``--tracking-uri`` or ``$MLFLOW_TRACKING_URI``. A SQLite store is switched to SQLite's
+write-ahead log (``PRAGMA journal_mode=WAL``, kept in the file; MLflow and its UI read it as before), which
+makes each write a fraction of a millisecond instead of several (a run writes one trace per item).
 
 Nothing secret is logged: :func:`safe_params` and :func:`redact` drop or mask API keys, tokens and any
 value equal to a secret-looking environment variable, in params, tags and artifact text.
@@ -12,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import platform
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,6 +51,7 @@ __all__ = [
 ]
 
 _MAX_PARAM = 6000
+logger = logging.getLogger("dspy_for.tracking")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -84,6 +88,8 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
         artifact_root = (root / "artifacts").resolve().as_uri()
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".dspy_for_store.lock")):
+        if uri.startswith("sqlite:///"):
+            _write_ahead_log(Path(uri[len("sqlite:///") :]))
         mlflow.set_tracking_uri(uri)
         found = mlflow.get_experiment_by_name(experiment)
         if found is not None:
@@ -92,6 +98,18 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
             exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root)
     mlflow.set_experiment(experiment_id=exp_id)
     return root
+
+
+def _write_ahead_log(db: Path) -> None:
+    """Switch the SQLite database ``db`` (created if missing) to write-ahead logging; a database that cannot be
+    switched (read-only, in use by an older SQLite) keeps its journal."""
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(db, timeout=20)) as con:
+            con.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error as exc:
+        logger.debug("%s keeps its journal mode: %s", db, exc)
 
 
 def experiment_id(experiment: str) -> str:
