@@ -32,15 +32,20 @@ def _secret_env_values() -> list[str]:
 def redact(text: str) -> str:
     """Mask secret-looking substrings (``sk-…`` keys, bearer tokens) and the values of secret environment
     variables (``*_API_KEY``, ``*_TOKEN``, …) in ``text``."""
-    for value in _secret_env_values():
-        text = text.replace(value, "***")
-    text = _BEARER.sub(r"\1***", text)
-    return _SECRET_VALUE.sub("***", text)
+    return _redact(text, _secret_env_values())
 
 
 def redact_obj(value: Any) -> Any:
     """:func:`redact` applied to every string inside a JSON-like value (dicts, lists, tuples)."""
-    return walk(value, lambda v: redact(v) if isinstance(v, str) else v)
+    secrets = _secret_env_values()  # read once per value, not once per string in it
+    return walk(value, lambda v: _redact(v, secrets) if isinstance(v, str) else v)
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for value in secrets:
+        text = text.replace(value, "***")
+    text = _BEARER.sub(r"\1***", text)
+    return _SECRET_VALUE.sub("***", text)
 
 
 def hide_password(url: str | None) -> str | None:

@@ -687,7 +687,10 @@ def test_a_priced_calls_span_carries_the_runs_own_price_and_the_trace_sums_it(tr
     unpriced = replace(_call("task", 1_800_000_000.5), model="openai/test-model")  # nobody priced it: no cost
     spans = call_spans(_item(usage=_usage(2)), [priced, unpriced])
     assert spans[0].attributes["mlflow.llm.cost"] == {"total_cost": 0.0125}
-    assert "mlflow.llm.cost" not in spans[1].attributes
+    assert spans[0].attributes["mlflow.llm.model"] == "openai/test-model"
+    # nobody priced it: no cost, and no model MLflow would look a price up for
+    assert "mlflow.llm.cost" not in spans[1].attributes and "mlflow.llm.model" not in spans[1].attributes
+    assert spans[1].attributes["dspy_for.model"] == "openai/test-model"
     run_id = start_run("priced", "live")
     ctx = tracing.trace_context(_run(), run_id)
     item = _item(usage=_usage(1), id="d/s/priced", started_at=1_800_000_000.0, wall_time=0.2)
@@ -696,6 +699,11 @@ def test_a_priced_calls_span_carries_the_runs_own_price_and_the_trace_sums_it(tr
     (call,) = _calls(trace)
     assert call.attributes["mlflow.llm.cost"]["total_cost"] == pytest.approx(0.0125)  # ours, not a price looked up
     assert json.loads(trace.info.trace_metadata["mlflow.trace.cost"])["total_cost"] == pytest.approx(0.0125)
+    unpriced_id = start_run("unpriced", "live")
+    ctx = tracing.trace_context(_run(), unpriced_id)
+    tracing.log_item_trace(ctx, Landed(replace(item, id="d/s/unpriced"), (unpriced,), reused=False, changed=True))
+    (trace,) = _traces_of(unpriced_id)
+    assert "mlflow.trace.cost" not in trace.info.trace_metadata  # absent, never $0
 
 
 def test_a_sqlite_store_writes_ahead_and_mlflow_still_reads_it(tracked, store_dir):

@@ -76,10 +76,12 @@ class CallSpan:
         attrs: dict[str, Any] = {
             "dspy_for.role": c.role,
             "dspy_for.model": c.model,
-            # only a call that reached the LM spent anything: its model and its price (dspy-for's, the one the
-            # run reports; MLflow prices a span that names its model but has none, as an unpriced call's)
-            **({} if c.cache_hit else {LLM_MODEL: c.model}),
-            **({LLM_COST: {"total_cost": c.cost}} if c.cost is not None and not c.cache_hit else {}),
+            # a call that reached the LM and was priced: MLflow's model and cost are the run's own. A call nobody
+            # priced names its model as dspy_for.model only: MLflow would look a price up for a span that names
+            # it (a provider's price for a model the user serves) where the run reports none
+            **(
+                {LLM_MODEL: c.model, LLM_COST: {"total_cost": c.cost}} if c.cost is not None and not c.cache_hit else {}
+            ),
             CHAT_USAGE: {
                 "input_tokens": c.prompt_tokens,
                 "output_tokens": c.completion_tokens,
