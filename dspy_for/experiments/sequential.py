@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -114,10 +114,18 @@ def run_sequential(
             if limit is not None and limit.reached:
                 limit.not_started += sum(len(order) - start - len(batch) for _ in [baseline, *open_])
                 break
-        results_by_label = {label: ev.result for label, ev in evaluations.items()}
+        results_by_label = {label: _in_data_order(ev.result, base_run.examples) for label, ev in evaluations.items()}
     dataset = base_run.dataset.name
     outcomes = [PairOutcome(dataset, label, baseline, tests[label].result) for label in others]
     return results_by_label, outcomes
+
+
+def _in_data_order(result: MethodResult, examples: Sequence[dspy.Example]) -> MethodResult:
+    """``result`` with its records in the dataset's order (each item's epochs in turn), as a fixed-n run keeps
+    them: the summary's seeded bootstraps then print the same numbers for the same records either way."""
+    index = {content_key(ex.get("question"), ex.get("answer")): i for i, ex in enumerate(examples)}
+    items = sorted(result.items, key=lambda r: (index.get(r.item_key, len(index)), r.epoch))
+    return replace(result, items=items)
 
 
 def _spent(evaluations: dict[str, Evaluation]) -> float:

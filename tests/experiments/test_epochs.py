@@ -4,6 +4,7 @@ paired tests on per-item values; a failed epoch is an error that hides nothing e
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -108,6 +109,10 @@ def test_paired_tests_and_sequential_tests_take_per_item_values(install_scripted
     expected = paired_comparison(list(single.scores_by_key().values()), list(cot.scores_by_key().values()))
     row = next(r for r in result.rows if r["method"] == "single")
     assert row["delta"] == pytest.approx(expected.diff) and row["paired_n"] == 1  # one item, not three draws
+    assert row["paired_test"] == expected.test == "paired_bootstrap"  # per-item means are not 0/1
+    legend = table_text(result)
+    assert "paired bootstrap p over per-item values" in legend and "McNemar" not in legend
+    assert "can reach p<0.05" not in legend  # McNemar's floor on n does not hold for means
     seq = compare(_spec(tmp_path, epochs=3, methods=("single", "cot"), first=2, sequential=True, experiment="s"))
     assert seq.sequential and all(p["kind"] == "bounded" for p in seq.sequential)
 
@@ -159,3 +164,22 @@ def test_the_spread_of_epochs():
     assert spread([[1.0], [0.0]]) is None
     failed = [_record("q", 0, 1.0, "x"), _record("q", 1, 0.0, "x", failed=True)]
     assert MethodResult("m", failed).scores == [1.0] and MethodResult("m", failed).n_failed == 1
+
+
+def test_a_sequential_run_prints_the_fixed_runs_numbers_for_the_same_records(install_scripted_lm, tmp_path):
+    def varied(messages: list[dict[str, Any]], max_tokens: int | None) -> dict[str, Any]:
+        text = str(messages)
+        right = (len(text) + current_epoch()) % 3 != 0  # per-item means in [0, 1]: the paired bootstrap
+        return {"reasoning": "r", "answer": "27" if right and "reasoning" in text else "-1"}
+
+    install_scripted_lm(varied)
+    spec = _spec(tmp_path, epochs=3, methods=("single", "cot"), first=6, batch_size=2)
+    fixed = compare(spec)
+    again = compare(replace(spec, sequential=True, experiment="s"))  # the same stored records, taken shuffled
+
+    def rows(result: Any) -> dict[str, tuple[Any, ...]]:
+        return {
+            r["method"]: (r["accuracy"], r["delta"], r["delta_low"], r["delta_high"], r["p_value"]) for r in result.rows
+        }
+
+    assert rows(again) == rows(fixed)

@@ -61,6 +61,7 @@ class Summary:
     delta_high: float | None = None
     p_value: float | None = None
     paired_n: int = 0
+    paired_test: str | None = None  # "mcnemar_exact" or "paired_bootstrap": which test gave p_value
     role_collapse_rate: float | None = None
     per_role: dict[str, dict[str, float]] = field(default_factory=dict)  # per scored item: served/spent/cached, calls
 
@@ -181,8 +182,8 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
 
 
 def _paired(result: MethodResult, baseline: MethodResult | None) -> dict[str, Any]:
-    """``delta``, ``delta_low``, ``delta_high``, ``p_value`` and ``paired_n`` of ``result`` against ``baseline`` (none
-    without a baseline or an item both scored)."""
+    """``delta``, ``delta_low``, ``delta_high``, ``p_value``, ``paired_n`` and ``paired_test`` of ``result`` against
+    ``baseline`` (none without a baseline or an item both scored)."""
     if baseline is None or baseline is result:
         return {}
     mine, theirs = result.scores_by_key(), baseline.scores_by_key()
@@ -190,7 +191,14 @@ def _paired(result: MethodResult, baseline: MethodResult | None) -> dict[str, An
     if not common:
         return {}
     p = paired_comparison([mine[k] for k in common], [theirs[k] for k in common])
-    return {"delta": p.diff, "delta_low": p.low, "delta_high": p.high, "p_value": p.p_value, "paired_n": len(common)}
+    return {
+        "delta": p.diff,
+        "delta_low": p.low,
+        "delta_high": p.high,
+        "p_value": p.p_value,
+        "paired_n": len(common),
+        "paired_test": p.test,
+    }
 
 
 def judge_summary(r: MethodResult, base: MethodResult | None) -> dict[str, Any]:

@@ -111,11 +111,12 @@ def legend(result: ComparisonResult) -> str:
     rows = [r for r in result.rows if "error" not in r]
     text = (
         f"n: scored items; acc: % with Wilson 95% CI; Δ: points vs {result.spec.baseline} on the items both "
-        "scored (exact McNemar p); tok/item: prompt+completion tokens per scored item, cache hits at their "
+        f"scored ({_tests(rows)}); tok/item: prompt+completion tokens per scored item, cache hits at their "
         "original cost"
     )
     sizes = sorted({r["n"] for r in rows if r.get("n")})
-    if result.spec.baseline and sizes:
+    binary = all(r.get("paired_test") in (None, "mcnemar_exact") for r in rows)  # the floor is McNemar's
+    if result.spec.baseline and sizes and binary:
         floor = smallest_resolvable_difference(sizes[0])
         text += (
             f"; with n={sizes[0]} no Δ under {100 * floor:.0f} points can reach p<0.05"
@@ -141,6 +142,17 @@ def legend(result: ComparisonResult) -> str:
     if any(r.get("reused_time") for r in rows):
         text += "; time*: includes results reused from an earlier run"
     return text + "."
+
+
+_TEST_NAMES = {"mcnemar_exact": "exact McNemar p", "paired_bootstrap": "paired bootstrap p over per-item values"}
+
+
+def _tests(rows: list[dict[str, Any]]) -> str:
+    """The paired tests behind the Δ column's p-values: exact McNemar on 0/1 values, a paired bootstrap else."""
+    used = sorted({r["paired_test"] for r in rows if r.get("paired_test")}) or ["mcnemar_exact"]
+    if len(used) == 1:
+        return _TEST_NAMES.get(used[0], used[0])
+    return "; ".join(f"{_TEST_NAMES.get(t, t)} where {'0/1' if t == 'mcnemar_exact' else 'not 0/1'}" for t in used)
 
 
 def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
