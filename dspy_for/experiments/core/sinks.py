@@ -57,11 +57,28 @@ StopRule = Callable[[MethodResult], bool]
 
 def progress_text(records: Iterable[ItemResult]) -> str:
     """``acc 42.0% of 50 scored, 2 failed``: accuracy over scored items only, failures counted apart."""
-    records = list(records)
-    scores = [r.score for r in records if not r.failed]
-    failed = sum(1 for r in records if r.failed)
-    text = f"acc {sum(scores) / len(scores):.1%} of {len(scores)} scored" if scores else "none scored yet"
-    return text + (f", {failed} failed" if failed else "")
+    tally = _Tally()
+    for r in records:
+        tally.add(r)
+    return tally.text()
+
+
+class _Tally:
+    """Running counts behind :func:`progress_text` (a bar updates them per record, never re-reading them all)."""
+
+    def __init__(self) -> None:
+        self.total, self.scored, self.failed = 0.0, 0, 0
+
+    def add(self, record: ItemResult) -> None:
+        if record.failed:
+            self.failed += 1
+        else:
+            self.total += record.score
+            self.scored += 1
+
+    def text(self) -> str:
+        text = f"acc {self.total / self.scored:.1%} of {self.scored} scored" if self.scored else "none scored yet"
+        return text + (f", {self.failed} failed" if self.failed else "")
 
 
 class ProgressBar:
@@ -72,7 +89,7 @@ class ProgressBar:
     def __init__(self, label: str, enabled: bool = True) -> None:
         self.label, self.enabled = label, enabled
         self._bar: Any = None
-        self._seen: list[ItemResult] = []
+        self._tally = _Tally()
 
     def expect(self, n: int) -> None:
         if not self.enabled or n <= 0:
@@ -84,10 +101,10 @@ class ProgressBar:
             self._bar.refresh()
 
     def add(self, landed: Landed) -> None:
-        self._seen.append(landed.item)
+        self._tally.add(landed.item)
         if self._bar is not None and not landed.reused:
             throttled = throttle_text()  # an endpoint answering with rate limits: at what concurrency it runs now
-            text = progress_text(self._seen) + (f"; {throttled}" if throttled else "")
+            text = self._tally.text() + (f"; {throttled}" if throttled else "")
             self._bar.set_postfix_str(text, refresh=False)
             self._bar.update(1)
 
