@@ -151,3 +151,10 @@ def test_the_compare_report_gives_a_methods_declared_diagnostics():
     assert by_method["paper_debate"]["diagnostics"]["flips"][0]["right_to_wrong"] == 1
     line = next(x for x in detail_lines(result, "gsm8k") if x.startswith("paper_debate diagnostics:"))
     assert "revisions 2" in line and "error_found_rate 0.50" in line and "[round 1, right_to_wrong 1" in line
+
+
+def test_diagnostics_text_says_none_for_an_empty_list():
+    from dspy_for.experiments.reports.diagnostics import diagnostics_text
+
+    assert diagnostics_text({"items": 2, "flips": [], "rate": 0.5}) == "items 2, flips none, rate 0.50"
+    assert diagnostics_text({"flips": [{"round": 1, "changed": 0}]}) == "flips [round 1, changed 0]"

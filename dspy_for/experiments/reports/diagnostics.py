@@ -53,7 +53,7 @@ def diagnostics_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"{k} {diagnostics_text(v)}" for k, v in value.items())
     if isinstance(value, list):
-        return " ".join(f"[{diagnostics_text(v)}]" for v in value)
+        return " ".join(f"[{diagnostics_text(v)}]" for v in value) or "none"  # e.g. no rounds: no flips
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
