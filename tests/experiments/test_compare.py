@@ -5,11 +5,12 @@ from pathlib import Path
 
 import dspy
 import pytest
+from rich.console import Console
 
 import dspy_for.experiments.core.prepare as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.comparison import compare
-from dspy_for.experiments.reports.table import table_text
+from dspy_for.experiments.reports.table import rich_tables, table_text
 from dspy_for.experiments.spec.config import load_spec
 from dspy_for.testing import for_responder
 
@@ -60,6 +61,10 @@ def test_end_to_end_into_a_temporary_tracking_store(scripted, tmp_path):
     assert set(result.results["gsm8k"]) == {"single", "cot", "for_n1"}
     assert plt.get_fignums() == open_figures  # plots are saved and logged, none kept open (compare may run often)
     assert result.results["gsm8k"]["cot"].accuracy == 0.25  # only the first sample problem's answer is 27
+    printed = Console(record=True, width=300)
+    for table in rich_tables(result):
+        printed.print(table)
+    assert "for_n1 diagnostics: items 4, flips [round 1, right_to_wrong" in printed.export_text()  # not markup
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("test")
     runs = client.search_runs([exp.experiment_id])

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from dspy_for.experiments.core.summary import summarize
 from dspy_for.experiments.reports.diagnostics import diagnostics_text, method_diagnostics, round_accuracy
@@ -253,7 +254,10 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
         for r in result.rows:
             if r["dataset"] == dataset:
                 t.add_row(*_fmt_row(r, result.spec.baseline, header))
-        t.caption = "\n".join([legend(result), *detail_lines(result, dataset), *sequential_lines(result, dataset)])
+        # plain text, never rich markup: a diagnostics line's "[round 1, ...]" would read as a markup tag and vanish
+        t.caption = Text(
+            "\n".join([legend(result), *detail_lines(result, dataset), *sequential_lines(result, dataset)])
+        )
         t.caption_justify = "left"
         tables.append(t)
         judged = judged_rows(result, dataset)
@@ -263,7 +267,7 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
                 jt.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
             for r in judged:
                 jt.add_row(*judge_table_row(r))
-            jt.caption = "\n".join(judge_lines(result, dataset))
+            jt.caption = Text("\n".join(judge_lines(result, dataset)))
             jt.caption_justify = "left"
             tables.append(jt)
     return tables
