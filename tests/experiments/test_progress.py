@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dspy_for.experiments.core import ItemResult, Landed
+from dspy_for.experiments.core import ItemResult, Landed, sinks
 from dspy_for.experiments.core.sinks import ProgressBar, progress_text
 
 
@@ -21,7 +21,8 @@ def test_progress_counts_scored_items_and_failures_apart() -> None:
     )
 
 
-def test_the_bar_shows_what_the_records_so_far_give() -> None:
+def test_the_bar_shows_what_the_records_so_far_give(monkeypatch) -> None:
+    monkeypatch.setattr(sinks, "throttle_text", lambda: "")  # no endpoint of an earlier test rate-limiting
     bar = ProgressBar("cot")
     bar.expect(3)
     records = [_item(0, 1.0), _item(1, 1.0, failed=True), _item(2, 0.0)]

@@ -89,7 +89,7 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".dspy_for_store.lock")):
         if uri.startswith("sqlite:///"):
-            _write_ahead_log(Path(uri[len("sqlite:///") :]))
+            _write_ahead_log(Path(uri[len("sqlite:///") :].split("?", 1)[0]))
         mlflow.set_tracking_uri(uri)
         found = mlflow.get_experiment_by_name(experiment)
         if found is not None:
