@@ -95,16 +95,16 @@ def test_prompts_of_shipped_methods_are_unchanged(method, options, signature, ex
 
 
 # The papers' own versions beside the project's (experiments/for_paper.toml, experiments/prorefine_paper.toml):
-# each config's project-side methods are found at the keys their stored per-item results have, so a run replays
-# them and only the paper's method calls an LM; the paper's method gets its own key (its prompts differ).
+# every method of each config is found at the key its stored per-item results have, so a run replays them without
+# an LM call; the paper's method gets its own key (its prompts differ).
 PAPER_CONFIGS = {
     "for_paper.toml": (
         "experiments/results/for",
-        {"for_n1_host": ("110de833a8f4", 100), "for_paper": ("c46540c58bf9", 0)},
+        {"for_n1_host": ("110de833a8f4", 100), "for_paper": ("c46540c58bf9", 64)},
     ),
     "prorefine_paper.toml": (
-        "experiments/results/prorefine",
-        {"cot": ("952c873d23ec", 50), "prorefine_llm": ("66e40d15d782", 50), "prorefine_paper": ("040bfc2188ce", 0)},
+        "experiments/results/prorefine_paper",
+        {"cot": ("952c873d23ec", 50), "prorefine_llm": ("66e40d15d782", 50), "prorefine_paper": ("040bfc2188ce", 50)},
     ),
 }
 
