@@ -5,6 +5,7 @@ every text is passed through :func:`redact` before it is written anywhere.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any
@@ -18,6 +19,7 @@ _SECRET_VALUE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|(?:hf|ghp|gho|xox[bap])_[A
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\"]{6,}")
 
 
+@functools.lru_cache(maxsize=4096)  # a handful of names, asked for every record written
 def is_secret_key(name: str) -> bool:
     """The one rule for names that hold a secret — LM options, config keys, MLflow params, environment variables:
     a name with ``api_key`` (``apikey``, ``api-key``), ``token``, ``secret``, ``password``, ``authorization``,

@@ -16,6 +16,7 @@ and parsers of each benchmark's upstream files are in :mod:`dspy_for.datasets.fo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -189,7 +190,12 @@ def content_key(question: object, gold: object) -> str:
     """A short hash of an item's content (its question and gold answer), independent of its position and of
     the directory it was read from: stored per-item results are keyed by it, so an edited data file re-runs
     exactly the items whose text or gold changed."""
-    return hashlib.sha256(json.dumps([str(question), str(gold)], ensure_ascii=False).encode()).hexdigest()[:16]
+    return _content_key(str(question), str(gold))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # asked for every record at every step of a run; the hash is the cost
+def _content_key(question: str, gold: str) -> str:
+    return hashlib.sha256(json.dumps([question, gold], ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def load_dataset(

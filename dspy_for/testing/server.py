@@ -39,7 +39,9 @@ Faults (``set_fault(fault, times)``; ``times=None``: every request until changed
 Counters (thread-safe; ``reset_counters()`` clears them): ``requests`` (every chat request body received),
 ``responses`` (what each answered request got), ``rate_limited`` (429s sent, by the limit or the fault),
 ``max_concurrency_seen`` (the most chat requests handled at once, latency included; those refused by
-``max_in_flight`` are not handled, so with a limit it is at most the limit) and ``in_flight`` (being handled now).
+``max_in_flight`` are not handled, so with a limit it is at most the limit), ``in_flight`` (being handled now) and
+``busy_seconds`` (from the first chat request received to the last answer sent: how long the calls took, without
+the client's start-up and wrap-up).
 
 Example::
 
@@ -55,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -116,6 +119,8 @@ class OpenAICompatibleServer:
         #: the most chat requests handled at once (a request refused by ``max_in_flight`` is not handled)
         self.max_concurrency_seen = 0
         self._in_flight = 0
+        self._first_request: float | None = None
+        self._last_response: float | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd = HTTPServer(("127.0.0.1", 0), Handler)
@@ -144,13 +149,24 @@ class OpenAICompatibleServer:
         with self._lock:
             return self._in_flight
 
+    @property
+    def busy_seconds(self) -> float | None:
+        """Seconds from the first chat request received to the last answer sent since the last reset (None: no
+        answer yet)."""
+        with self._lock:
+            if self._first_request is None or self._last_response is None:
+                return None
+            return self._last_response - self._first_request
+
     def reset_counters(self) -> None:
-        """Empty ``requests`` and ``responses``; ``rate_limited`` to 0, ``max_concurrency_seen`` to ``in_flight``."""
+        """Empty ``requests`` and ``responses``; ``rate_limited`` to 0, ``max_concurrency_seen`` to ``in_flight``,
+        ``busy_seconds`` to None."""
         with self._lock:
             self.requests.clear()
             self.responses.clear()
             self.rate_limited = 0
             self.max_concurrency_seen = self._in_flight
+            self._first_request = self._last_response = None
 
     def is_reasoning_model(self, model: str) -> bool:
         """Whether ``model`` (a request's ``model`` field) is served like an OpenAI reasoning model."""
@@ -163,6 +179,8 @@ class OpenAICompatibleServer:
         """Record a chat request; False if ``max_in_flight`` are already being handled (answer 429)."""
         with self._lock:
             self.requests.append(body)
+            if self._first_request is None:
+                self._first_request = time.monotonic()
             if self.max_in_flight is not None and self._in_flight >= self.max_in_flight:
                 return False
             self._in_flight += 1
@@ -180,6 +198,7 @@ class OpenAICompatibleServer:
     def _record_response(self, response: dict[str, Any]) -> int:
         with self._lock:
             self.responses.append(response)
+            self._last_response = time.monotonic()
             return len(self.responses)
 
     def _take_fault(self) -> str | None:

@@ -165,6 +165,19 @@ def test_latency_delays_each_answer_but_not_refusals():
         assert server.max_concurrency_seen == 4 and server.rate_limited == 0 and server.in_flight == 0
 
 
+def test_busy_seconds_span_the_first_request_to_the_last_answer():
+    with OpenAICompatibleServer(latency=0.3) as server:
+        assert server.busy_seconds is None
+        post_full(server, CHAT)
+        time.sleep(1.5)  # idle after the last answer: not counted
+        first = server.busy_seconds
+        assert first is not None and 0.3 <= first < 1.5
+        post_full(server, CHAT)  # the next answer ends the span: both calls and the idle time between them
+        assert server.busy_seconds is not None and server.busy_seconds >= first + 1.8
+        server.reset_counters()
+        assert server.busy_seconds is None
+
+
 def test_beyond_max_in_flight_a_request_gets_429_with_retry_after():
     with OpenAICompatibleServer(latency=0.5, max_in_flight=2, retry_after=1.0) as server:
         results = post_at_once(server, 5, CHAT)
