@@ -183,7 +183,11 @@ class FORPrompting(PerRoleLMs):
             }
             kwargs = {k: v for k, v in offered.items() if k in self.debater.signature.input_fields}
             try:
-                with role(T.DEBATER), dspy.context(trace=private) if private is not None else nullcontext():
+                with (
+                    role(T.DEBATER),
+                    _later_turn_parsing(),
+                    dspy.context(trace=private) if private is not None else nullcontext(),
+                ):
                     out = await calls.predict(self.debater, kwargs)
             except AdapterParseError as exc:  # unreadable questions: nothing (more) to ask this round
                 unread: T.QuestionsFields = {"questions": [], "attempt": attempt, "parse_error": _short(exc)}
@@ -319,8 +323,8 @@ _RECOVERING_ADAPTER = FieldRecoveringChatAdapter()
 
 
 def _later_turn_parsing() -> AbstractContextManager[Any]:
-    """Revisions and the Host (long multi-field replies) parse with :class:`FieldRecoveringChatAdapter`,
-    unless the caller configured an adapter of its own; A0 parses exactly as ``dspy.ChainOfThought``'s."""
+    """The Debater, revisions and the Host parse with :class:`FieldRecoveringChatAdapter`, unless the caller
+    configured an adapter of its own; A0 parses exactly as ``dspy.ChainOfThought``'s."""
     return dspy.context(adapter=_RECOVERING_ADAPTER) if dspy.settings.adapter is None else nullcontext()
 
 

@@ -4,7 +4,7 @@ import dspy
 import pytest
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_for.modules.adapters import FieldRecoveringChatAdapter, restore_field_headers
+from dspy_for.modules.adapters import FieldRecoveringChatAdapter, python_quoted_items, restore_field_headers
 
 SIG = dspy.Signature("question -> reasoning: str, answer: float")
 
@@ -42,3 +42,35 @@ def test_what_cannot_be_repaired_fails_as_with_chat_adapter(completion):
 
 def test_nothing_missing_means_nothing_to_restore():
     assert restore_field_headers("[[ ## answer ## ]]\n3", ["answer"]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("['What is Biff's total?', 'How?']", ["What is Biff's total?", "How?"]),
+        ("\n['Is it the brothers' share?' ,'x',]\n", ["Is it the brothers' share?", "x"]),
+        ("['one']", ["one"]),
+        ('["What is Biff\'s total?"]', None),  # JSON: DSPy reads it
+        ("[]", None),
+        ("What is x?", None),
+    ],
+)
+def test_python_quoted_items(text, expected):
+    assert python_quoted_items(text) == expected
+
+
+def test_a_single_quoted_list_keeps_its_apostrophes():
+    sig = dspy.Signature("task -> questions: list[str], note: str")
+    completion = (
+        "[[ ## questions ## ]]\n['How many did Kimberly's brother pick?', 'What is x?']\n\n"
+        "[[ ## note ## ]]\nit's fine\n\n[[ ## completed ## ]]"
+    )
+    assert dspy.ChatAdapter().parse(sig, completion)["questions"] == [
+        "How many did Kimberly",
+        "s brother pick?'",
+        "What is x?",
+    ]
+    assert FieldRecoveringChatAdapter().parse(sig, completion) == {
+        "questions": ["How many did Kimberly's brother pick?", "What is x?"],
+        "note": "it's fine",
+    }

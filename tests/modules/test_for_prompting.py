@@ -122,6 +122,19 @@ def test_guard_reasks_once_with_the_reason_then_drops_offenders_and_counts_colla
     assert len(debater_traces) == 1 and debater_traces[0][2]["questions"] == questions[1]
 
 
+def test_a_single_quoted_question_list_with_an_apostrophe_is_read_whole():
+    raw = "['How many apples are in Tom's 3 boxes?', 'Did you multiply 3 by 12?']"  # not JSON: DSPy splits at "'"
+    lm = ScriptedLM(make_responder(questions=[raw]))
+    dspy.configure(lm=lm)
+    pred = FORPrompting("question -> answer: float", rounds=1, host=False)(question=Q)
+    assert sum(role_of(c["messages"]) == "debater" for c in lm.calls) == 1  # nothing broke the rules: no re-ask
+    asked = next(t for t in pred.trajectory if t["type"] == "questions")["fields"]
+    assert asked["questions"] == ["How many apples are in Tom's 3 boxes?", "Did you multiply 3 by 12?"]
+    assert asked["violations"] == {} and pred.role_collapse == 0
+    revise_prompt = next(user_text(c["messages"]) for c in lm.calls if role_of(c["messages"]) == "revise")
+    assert "How many apples are in Tom's 3 boxes?" in revise_prompt
+
+
 def test_guard_off_counts_but_keeps_violations():
     lm = ScriptedLM(make_responder(questions=[["Shouldn't it be 48?"]]))
     dspy.configure(lm=lm)
