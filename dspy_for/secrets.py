@@ -10,9 +10,9 @@ import os
 import re
 from typing import Any
 
-from dspy_for.jsonwalk import walk
+from dspy_for.jsonwalk import leaves, walk
 
-__all__ = ["hide_password", "is_secret_key", "redact", "redact_obj"]
+__all__ = ["hide_password", "is_secret_key", "needs_redaction", "redact", "redact_obj"]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|bearer|credential)", re.I)
 _SECRET_VALUE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|(?:hf|ghp|gho|xox[bap])_[A-Za-z0-9]{8,}|AKIA[0-9A-Z]{12,})")
@@ -41,6 +41,13 @@ def redact_obj(value: Any) -> Any:
     """:func:`redact` applied to every string inside a JSON-like value (dicts, lists, tuples)."""
     secrets = _secret_env_values()  # read once per value, not once per string in it
     return walk(value, lambda v: _redact(v, secrets) if isinstance(v, str) else v)
+
+
+def needs_redaction(value: Any) -> bool:
+    """Whether :func:`redact_obj` would change ``value``: one pass over all its strings at once, cheaper than
+    masking each (most records hold no secret)."""
+    texts = "\n".join(v for v in leaves(value) if isinstance(v, str))
+    return _redact(texts, _secret_env_values()) != texts
 
 
 def _redact(text: str, secrets: list[str]) -> str:

@@ -27,3 +27,17 @@ def test_secret_names_are_refused_everywhere(name):
 @pytest.mark.parametrize("name", NOT_SECRET)
 def test_token_counts_and_plain_options_are_not_secrets(name):
     assert not is_secret_key(name)
+
+
+def test_needs_redaction_finds_a_secret_anywhere_in_a_value(monkeypatch):
+    from dspy_for.experiments.core import ItemResult
+    from dspy_for.secrets import needs_redaction
+
+    clean = {"a": ["the answer is 36", ("x", 1)], "b": None}
+    assert not needs_redaction(clean)
+    assert needs_redaction({"a": [{"error": "401: key sk-abcdefgh12345678 is invalid"}]})
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "plain-value-123")  # an environment secret set after start-up
+    assert needs_redaction({"a": ("echoed plain-value-123",)})
+    item = ItemResult(id="1", question="q", gold=1, prediction={"answer": "plain-value-123"}, score=0.0)
+    assert "plain-value-123" not in item.to_json() and "***" in item.to_json()
+    assert ItemResult(id="1", question="q", gold=1, prediction={"answer": "36"}, score=1.0).to_json().count("***") == 0

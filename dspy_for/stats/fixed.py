@@ -11,6 +11,9 @@ Where a well-kept library computes the same statistic, it does the arithmetic he
 interval, the exact McNemar test and Cohen's κ. The bootstraps stay ours (see their docstrings); every printed
 value is pinned by ``tests/stats/test_fixed.py``. For comparisons checked after every item, see
 :mod:`dspy_for.stats.sequential`.
+
+statsmodels (with pandas and scipy.stats: about 1.5 s of imports) is imported when a statistic first needs it, not
+with this module: a command that prints no statistic does not wait for it.
 """
 
 from __future__ import annotations
@@ -21,10 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _st
-from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
-from statsmodels.stats.inter_rater import cohens_kappa as _sm_cohens_kappa
-from statsmodels.stats.proportion import proportion_confint as _sm_proportion_confint
+from scipy.special import ndtri
 
 from dspy_for.errors import ConfigError
 
@@ -44,7 +44,7 @@ __all__ = [
 
 def _z(confidence: float) -> float:
     _check_confidence(confidence)
-    return float(_st.norm.ppf(0.5 + confidence / 2))
+    return float(ndtri(0.5 + confidence / 2))  # the standard normal quantile (scipy.stats.norm.ppf)
 
 
 def _check_confidence(confidence: float) -> None:
@@ -60,7 +60,9 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     if not 0 <= successes <= n:
         raise ConfigError(f"`successes` must be between 0 and n={n}, got {successes}.")
     _check_confidence(confidence)
-    low, high = _sm_proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
+    from statsmodels.stats.proportion import proportion_confint
+
+    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
     p = successes / n
     return (min(p, max(0.0, float(low))), max(p, min(1.0, float(high))))  # p inside, despite rounding
 
@@ -129,7 +131,9 @@ def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> float:
     only_a, only_b = _discordant(a, b)
     if only_a + only_b == 0:
         return 1.0
-    return float(_sm_mcnemar(np.array([[0, only_a], [only_b, 0]]), exact=True).pvalue)
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    return float(mcnemar(np.array([[0, only_a], [only_b, 0]]), exact=True).pvalue)
 
 
 def paired_bootstrap(
@@ -191,8 +195,10 @@ def cohens_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
     pa, pb = sum(xs) / n, sum(ys) / n
     if pa * pb + (1 - pa) * (1 - pb) == 1:  # chance agreement 1: statsmodels' κ is nan
         return 1.0
+    from statsmodels.stats.inter_rater import cohens_kappa as sm_cohens_kappa
+
     with np.errstate(divide="ignore", invalid="ignore"):  # its z statistic divides by a zero variance at κ = 0
-        return float(_sm_cohens_kappa(table).kappa)
+        return float(sm_cohens_kappa(table).kappa)
 
 
 def smallest_resolvable_difference(n: int, alpha: float = 0.05) -> float | None:

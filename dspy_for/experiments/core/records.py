@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dspy_for.datasets import content_key
 from dspy_for.experiments.spec.model import ExperimentSpec
 from dspy_for.lm.usage import Usage
-from dspy_for.secrets import redact, redact_obj
+from dspy_for.secrets import needs_redaction, redact, redact_obj
 from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epochs, spread
 
 if TYPE_CHECKING:
@@ -79,7 +79,8 @@ class ItemResult:
         return self.error is not None
 
     def to_json(self) -> str:
-        return json.dumps(redact_obj(asdict(self)), default=str, ensure_ascii=False)
+        data = asdict(self)
+        return json.dumps(redact_obj(data) if needs_redaction(data) else data, default=str, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, line: str) -> ItemResult:

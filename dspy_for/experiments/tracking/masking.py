@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat import mlflow as compat
 from dspy_for.jsonwalk import leaves
-from dspy_for.secrets import redact, redact_obj
+from dspy_for.secrets import needs_redaction, redact, redact_obj
 
 if TYPE_CHECKING:
     from mlflow.entities import LiveSpan
@@ -31,8 +31,7 @@ def strings(value: Any) -> Iterable[str]:
 
 def needs_masking(value: Any) -> bool:
     """Whether :func:`~dspy_for.secrets.redact_obj` would change ``value`` (one scan of the environment)."""
-    texts = "\n".join(strings(value))
-    return redact(texts) != texts
+    return needs_redaction(value)
 
 
 def mask_span(span: LiveSpan) -> None:
