@@ -10,28 +10,16 @@ so they are masked too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dspy_for.compat import mlflow as compat
-from dspy_for.jsonwalk import leaves
 from dspy_for.secrets import needs_redaction, redact, redact_obj
 
 if TYPE_CHECKING:
     from mlflow.entities import LiveSpan
 
-__all__ = ["install_span_masking", "mask_span", "needs_masking", "strings"]
-
-
-def strings(value: Any) -> Iterable[str]:
-    """Every string inside a JSON-like value (dict values, list and tuple items)."""
-    return (v for v in leaves(value) if isinstance(v, str))
-
-
-def needs_masking(value: Any) -> bool:
-    """Whether :func:`~dspy_for.secrets.redact_obj` would change ``value`` (one scan of the environment)."""
-    return needs_redaction(value)
+__all__ = ["install_span_masking", "mask_span"]
 
 
 def mask_span(span: LiveSpan) -> None:
@@ -40,13 +28,13 @@ def mask_span(span: LiveSpan) -> None:
     events = span.events
     status = span.status
     event_attributes = [dict(e.attributes or {}) for e in events]
-    if not needs_masking([attributes, event_attributes, status.description or ""]):
+    if not needs_redaction([attributes, event_attributes, status.description or ""]):
         return
     for key, value in attributes.items():
         masked = redact_obj(value)
         if masked != value:
             span.set_attribute(key, masked)
-    if needs_masking(event_attributes):
+    if needs_redaction(event_attributes):
         masked_events = [replace(e, attributes=redact_obj(a)) for e, a in zip(events, event_attributes, strict=True)]
         compat.replace_span_events(span, masked_events)
     if status.description and redact(status.description) != status.description:

@@ -49,10 +49,9 @@ from dspy_for.experiments.tracking.assessments import (
     usage_assessments,
 )
 from dspy_for.experiments.tracking.datasets import log_dataset
-from dspy_for.experiments.tracking.masking import needs_masking
 from dspy_for.experiments.tracking.spans import CallSpan, call_spans, usage_attribute
 from dspy_for.jsonwalk import jsonable
-from dspy_for.secrets import redact, redact_obj
+from dspy_for.secrets import needs_redaction, redact, redact_obj
 
 if TYPE_CHECKING:
     from mlflow.entities import Span, TraceInfo
@@ -274,7 +273,7 @@ def _masked(item: ItemResult, calls: list[CallSpan]) -> tuple[ItemResult, list[d
             for c in calls
         ],
     }
-    if needs_masking(data):
+    if needs_redaction(data):
         data = redact_obj(data)
         item = ItemResult(**data["item"])
     return item, data["calls"]
