@@ -251,18 +251,47 @@ class Handler(BaseHTTPRequestHandler):
         if reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": thought}
         n = owner._record_response({"usage": usage, "finish_reason": finish, "text": text})
+        head = {"id": f"chatcmpl-test-{n}", "created": int(time.time()), "model": model}
+        if body.get("stream") is True:
+            options = body.get("stream_options")
+            with_usage = isinstance(options, dict) and options.get("include_usage") is True
+            self._send_stream(head, words, finish, usage if with_usage else None)
+            return
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
         self._send_json(
-            200,
-            {
-                "id": f"chatcmpl-test-{n}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [{**choice, "logprobs": None}],
-                "usage": usage,
-            },
+            200, {**head, "object": "chat.completion", "choices": [{**choice, "logprobs": None}], "usage": usage}
         )
+
+    def _send_stream(self, head: dict[str, Any], words: list[str], finish: str, usage: dict[str, Any] | None) -> None:
+        """The answer as OpenAI's server-sent events: a role chunk, one content chunk per word, a chunk with the
+        finish reason, a usage chunk (``stream_options.include_usage``), then ``data: [DONE]``."""
+        chunk = {**head, "object": "chat.completion.chunk"}
+
+        def event(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            return {
+                **chunk,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
+
+        events = [event({"role": "assistant", "content": ""})]
+        events += [event({"content": w if i == 0 else f" {w}"}) for i, w in enumerate(words)]
+        events.append(event({}, finish))
+        if usage is not None:
+            events.append({**chunk, "choices": [], "usage": usage})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self._release()  # before the client can read the answer (and send its next request)
+        self.end_headers()
+        for data in [*(json.dumps(e) for e in events), "[DONE]"]:
+            self._write_chunk(f"data: {data}\n\n".encode())
+        self._write_chunk(b"")  # the end of the chunked body
+        self.wfile.flush()
+
+    def _write_chunk(self, data: bytes) -> None:
+        """One HTTP/1.1 chunk (an empty one ends the body)."""
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
 
 class HTTPServer(ThreadingHTTPServer):

@@ -7,6 +7,9 @@ ChatAdapter ``[[ ## field ## ]]`` format) or raw text. Answers honour ``max_toke
 whitespace words with ``finish_reason="length"`` (else ``"stop"``), and report ``usage`` like
 llama.cpp/vLLM: prompt tokens are the whitespace words of the messages, completion tokens the words
 of the answer. The request's ``model`` is echoed. ``GET /v1/models`` lists ``test-model`` (and the reasoning models).
+A request with ``"stream": true`` is answered with OpenAI's server-sent events (``text/event-stream``): chat
+completion chunks ``data: {...}`` (the role, then one chunk per word of the same answer, then the finish reason; with
+``stream_options.include_usage``, a last chunk with ``usage`` and no choices), then ``data: [DONE]``.
 
 Like a remote endpoint (constructor options, all off by default):
 
