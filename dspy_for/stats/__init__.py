@@ -7,12 +7,15 @@
   :func:`spread` (how the epochs disagree).
 * Checked after every item (:mod:`dspy_for.stats.sequential`): :class:`PairedSequentialTest` (an anytime-valid
   paired test and confidence sequence), :func:`replay` on stored results, :func:`split_alpha` for several pairs.
+* Fixed against per-item cost (:mod:`dspy_for.stats.breakeven`): :func:`break_even` (after how many items a method
+  with a larger fixed cost has the lower total cost per correct answer, with an interval from the accuracies').
 
 What each statistic is, how it is built and where it comes from: ``docs/statistics.md``.
 """
 
 from __future__ import annotations
 
+from dspy_for.stats.breakeven import BreakEven, CostModel, break_even
 from dspy_for.stats.fixed import (
     PairedResult,
     bootstrap_interval,
@@ -39,11 +42,14 @@ from dspy_for.stats.sequential import (
 __all__ = [
     "REDUCERS",
     "BettingConfidenceSequence",
+    "BreakEven",
+    "CostModel",
     "PairedResult",
     "PairedSequentialTest",
     "SequentialResult",
     "Spread",
     "bootstrap_interval",
+    "break_even",
     "calibrated_threshold",
     "check_reducer",
     "clustered_interval",
