@@ -1,160 +1,55 @@
-"""Compiled baselines on one footing: the same trainset/valset, seed and metric for every optimizer,
-returning the compiled program plus the compile phase's usage per role.
+"""Compiled baselines on one footing: any student with predictors (CoT, FOR-Prompting, ProRefine, the cascade,
+``defender_sc``, ...), the same trainset/valset, seed and metric for every optimizer (:mod:`.compilers`), returning the
+compiled program with what the compile cost: usage per role, tokens per LM and wall time.
 
-Kinds: ``textgrad`` (ours), ``gepa`` (``dspy.GEPA`` with a reflection LM and a metric-call budget),
-``mipro`` (``dspy.MIPROv2``, instruction-only: 0 demos), ``mipro_fewshot`` (MIPROv2 with demos),
-``bootstrap`` (``dspy.BootstrapFewShot``).
+A compiled program routes every role as its student did: each predictor calls the LM its namesake in the student
+calls (:func:`route_as`). DSPy's optimizers work on copies — BootstrapFewShot returns a ``reset_copy``, whose
+predictors have no LM; GEPA's and MIPROv2's candidates are deep copies, with copies of the LMs — so the compiled
+program gets the student's own LM objects back; :func:`load_compiled` does the same for a program loaded from a file
+(DSPy's ``load`` would put in an LM rebuilt from the file, or none).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import dspy
 
-from dspy_for.compat.dspy import relayed_message_call
 from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
-from dspy_for.lm.usage import role, track_usage
-from dspy_for.metrics import numeric_match, numeric_match_with_feedback
-from dspy_for.optimizers.textgrad import TextGrad
+from dspy_for.lm.usage import Usage, role, track_usage
+from dspy_for.optimizers.compilers import COMPILERS, RoleLM, check_compile_options, get_compiler
 
-__all__ = ["COMPILERS", "CompileResult", "RoleLM", "compile_program"]
+__all__ = [
+    "COMPILERS",
+    "CompileResult",
+    "RoleLM",
+    "check_compile_options",
+    "compile_program",
+    "load_compiled",
+    "predictor_lms",
+    "route_as",
+]
 
 
 @dataclass
 class CompileResult:
+    """A compiled program and what its compile cost: ``usage`` per role (``Usage.to_dict()``, cost in USD where every
+    call is priced), ``tokens_by_lm`` (prompt + completion tokens per LM, by its ``model`` name; cache hits at their
+    original size) and ``seconds`` (wall time)."""
+
     program: dspy.Module
     kind: str
     usage: dict[str, dict[str, float]]
     history: list[dict[str, Any]] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
-
-
-class RoleLM(dspy.BaseLM):
-    """Wraps an LM so every call through it is attributed to usage role ``role_name``.
-
-    GEPA's reflection LM and MIPROv2's prompt model are called from inside DSPy, where we cannot open a
-    ``role(...)`` block around each call; wrapping the LM puts their tokens under ``optimizer``.
-    """
-
-    def __init__(self, lm: dspy.BaseLM, role_name: str) -> None:
-        super().__init__(model=lm.model, model_type=getattr(lm, "model_type", "chat"), cache=lm.cache)
-        self.inner, self.role_name = lm, role_name
-        self.kwargs = lm.kwargs
-
-    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        with role(self.role_name), relayed_message_call(self, self.inner, messages):
-            return self.inner(prompt, messages=messages, **kwargs)
-
-    async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        with role(self.role_name), relayed_message_call(self, self.inner, messages):
-            return await self.inner.acall(prompt, messages=messages, **kwargs)
-
-    def forward(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
-        return self.inner.forward(prompt, messages=messages, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:  # everything else (history, copy state, ...) from the inner LM
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-
-def _feedback_metric(metric: Callable[..., Any]) -> Callable[..., Any]:
-    """GEPA wants (gold, pred, trace, pred_name, pred_trace) -> score or Prediction(score, feedback)."""
-    if metric is numeric_match:
-        return numeric_match_with_feedback
-
-    def wrapped(gold: Any, pred: Any, trace: Any = None, pred_name: Any = None, pred_trace: Any = None) -> Any:
-        score = float(metric(gold, pred))
-        return dspy.Prediction(score=score, feedback="correct" if score >= 1 else f"expected {gold.get('answer')}")
-
-    return wrapped
-
-
-def _textgrad(
-    student: dspy.Module, trainset: list, valset: list | None, metric: Any, seed: int, optimizer_lm: Any, **options: Any
-) -> tuple[dspy.Module, list[dict[str, Any]]]:
-    program = TextGrad(metric, optimizer_lm=optimizer_lm, seed=seed, **options).compile(
-        student, trainset=trainset, valset=valset
-    )
-    return program, program.textgrad_history
-
-
-def _gepa(
-    student: dspy.Module,
-    trainset: list,
-    valset: list | None,
-    metric: Any,
-    seed: int,
-    optimizer_lm: Any,
-    max_metric_calls: int = 100,
-    **options: Any,
-) -> tuple[dspy.Module, list[dict[str, Any]]]:
-    if optimizer_lm is None:
-        raise ConfigError("`gepa` needs a reflection LM: pass `optimizer_lm=` (e.g. 'local/qwen2.5-coder-1.5b').")
-    gepa = dspy.GEPA(
-        metric=_feedback_metric(metric),
-        reflection_lm=RoleLM(optimizer_lm, "optimizer"),
-        max_metric_calls=max_metric_calls,
-        seed=seed,
-        **options,
-    )
-    program = gepa.compile(student, trainset=trainset, valset=valset or trainset)
-    return program, []
-
-
-def _mipro(fewshot: bool) -> Callable[..., tuple[dspy.Module, list[dict[str, Any]]]]:
-    def run(
-        student: dspy.Module,
-        trainset: list,
-        valset: list | None,
-        metric: Any,
-        seed: int,
-        optimizer_lm: Any,
-        num_candidates: int = 4,
-        num_trials: int = 8,
-        **options: Any,
-    ) -> tuple[dspy.Module, list[dict[str, Any]]]:
-        demos = (
-            {"max_bootstrapped_demos": 2, "max_labeled_demos": 2}
-            if fewshot
-            else {"max_bootstrapped_demos": 0, "max_labeled_demos": 0}
-        )
-        prompt_model = RoleLM(optimizer_lm, "optimizer") if optimizer_lm is not None else None
-        mipro = dspy.MIPROv2(
-            metric=metric,
-            prompt_model=prompt_model,
-            auto=None,
-            num_candidates=num_candidates,
-            seed=seed,
-            **demos,
-            **options,
-        )
-        program = mipro.compile(
-            student, trainset=trainset, valset=valset, num_trials=num_trials, minibatch=len(valset or trainset) > 35
-        )
-        return program, []
-
-    return run
-
-
-def _bootstrap(
-    student: dspy.Module, trainset: list, valset: list | None, metric: Any, seed: int, optimizer_lm: Any, **options: Any
-) -> tuple[dspy.Module, list[dict[str, Any]]]:
-    options = {"max_bootstrapped_demos": 4, "max_labeled_demos": 0, **options}
-    return dspy.BootstrapFewShot(metric=metric, **options).compile(student, trainset=trainset), []
-
-
-COMPILERS: dict[str, Callable[..., tuple[dspy.Module, list[dict[str, Any]]]]] = {
-    "textgrad": _textgrad,
-    "gepa": _gepa,
-    "mipro": _mipro(fewshot=False),
-    "mipro_fewshot": _mipro(fewshot=True),
-    "bootstrap": _bootstrap,
-}
+    seconds: float = 0.0
+    tokens_by_lm: dict[str, int] = field(default_factory=dict)
 
 
 def compile_program(
@@ -169,13 +64,72 @@ def compile_program(
     task_lm: Any = None,
     **options: Any,
 ) -> CompileResult:
-    """Compile ``student`` with optimizer ``kind``; the student is not mutated."""
-    if kind not in COMPILERS:
-        raise ConfigError(f"Unknown compile kind `{kind}`. Choose one of: {', '.join(COMPILERS)}.")
+    """Compile ``student`` with optimizer ``kind``; the student is not mutated, and every predictor of the compiled
+    program calls the LM its namesake in the student calls. Every predictor is tuned, as DSPy's optimizers do
+    (TextGrad's ``predictors=[...]`` names fewer).
+
+    ``task_lm``: the LM of predictors without one of their own, and MIPROv2's task model (default: the student's
+    first predictor's LM, else ``dspy.settings.lm``). The kind and its options are checked before any LM call.
+    """
+    compiler = get_compiler(kind)
+    routes = predictor_lms(student)
+    check_compile_options(kind, options)
     optimizer_lm = resolve_lm(optimizer_lm)
-    task_lm = resolve_lm(task_lm)
+    if compiler.needs_optimizer_lm and optimizer_lm is None:
+        raise ConfigError(f"`{kind}` needs a reflection LM: pass `optimizer_lm=` (e.g. 'local/qwen2.5-coder-1.5b').")
+    task_lm = resolve_lm(task_lm) or next((lm for lm in routes.values() if lm is not None), None)
+    build, run = compiler.split(options)
+    started = time.monotonic()
     with track_usage() as usage, role("task"), dspy.context(**({"lm": task_lm} if task_lm else {})):
-        program, history = COMPILERS[kind](
-            student, list(trainset), list(valset) if valset else None, metric, seed, optimizer_lm, **options
+        optimizer = compiler.build(metric, seed, optimizer_lm, **build)
+        program = compiler.run(optimizer, student, list(trainset), list(valset) if valset else None, **run)
+    seconds = time.monotonic() - started
+    return CompileResult(
+        program=route_as(program, routes),
+        kind=kind,
+        usage=usage.to_dict(),
+        history=list(getattr(program, "textgrad_history", [])),
+        options=options,
+        seconds=seconds,
+        tokens_by_lm=_tokens_by_lm(usage),
+    )
+
+
+def predictor_lms(program: dspy.Module) -> dict[str, Any]:
+    """How ``program`` routes its roles: each named predictor's LM (None: the configured one). A program without
+    predictors has nothing to compile: a :class:`ConfigError`."""
+    named = program.named_predictors()
+    if not named:
+        raise ConfigError(
+            f"`{type(program).__name__}` has no predictors, so there is nothing to compile: a compiler tunes the "
+            "instructions and demos of a program's `dspy.Predict` modules. Compile a program that has some."
         )
-    return CompileResult(program=program, kind=kind, usage=usage.to_dict(), history=history, options=options)
+    return {name: predictor.lm for name, predictor in named}
+
+
+def route_as(program: dspy.Module, lms: Mapping[str, Any]) -> dspy.Module:
+    """``program`` with each named predictor's LM set to ``lms[name]`` (:func:`predictor_lms` of its student)."""
+    for name, predictor in program.named_predictors():
+        if name in lms:
+            predictor.lm = lms[name]
+    return program
+
+
+def load_compiled(program: dspy.Module, path: str | Path) -> dspy.Module:
+    """Load the instructions and demos a compiled program saved (``program.save(path)``, JSON) into ``program``, which
+    keeps its own LM in every predictor: the LMs stored in the file are not loaded."""
+    state = json.loads(Path(path).read_text(encoding="utf-8"))
+    for value in state.values():
+        if isinstance(value, dict) and "lm" in value:
+            value["lm"] = None
+    routes = {name: predictor.lm for name, predictor in program.named_predictors()}
+    program.load_state(state)
+    return route_as(program, routes)
+
+
+def _tokens_by_lm(usage: Usage) -> dict[str, int]:
+    """Prompt + completion tokens per LM (its ``model`` name, as each call recorded it), cache hits included."""
+    out: dict[str, int] = {}
+    for call in usage.calls:
+        out[call.model] = out.get(call.model, 0) + call.prompt_tokens + call.completion_tokens
+    return out

@@ -304,7 +304,7 @@ def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tm
     assert two_steps.user_attrs["compile_calls"] > one_step.user_attrs["compile_calls"] > 0
     assert one_step.user_attrs["compile_tokens"] > 0
     lm.calls.clear()
-    monkeypatch.setattr(run_mod, "compile_for_run", lambda program, *a, **k: (program, {"total": {"calls": 0}}))
+    monkeypatch.setattr(run_mod, "compile_for_run", lambda program, *a, **k: (program, None))
     cfg.write_text(TEXTGRAD_SWEEP.replace('study = "tg"', 'study = "tg_off"'))
     assert sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db").study.trials[0].value == 0.0
 

@@ -18,7 +18,7 @@ from typing import Any
 import dspy
 
 from dspy_for.datasets import signature_for
-from dspy_for.experiments.core.compile_step import compile_for_run, compile_settings
+from dspy_for.experiments.core.compile_step import CompileCost, compile_for_run, compile_settings
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.spec.config import Overrides, apply_overrides
 from dspy_for.experiments.spec.model import (
@@ -57,6 +57,7 @@ class PreparedRun:
     uses_labels: bool
     key: str  # names the per-item results (see RunSpec.item_key)
     compile_usage: dict[str, Any] | None = None
+    compile_cost: CompileCost | None = None  # what the compile step cost (``reused``: its first compile's, not spent)
     judge: Judge | None = None  # grades every scored item (the spec's [judge]); its calls are role `judge`
     judge_name: str = ""  # the judge's LM as recorded with each verdict (a verdict by another judge is redone)
 
@@ -127,12 +128,19 @@ def prepare_run(
         dataset, method, method.options, registered.roles, prompts_fingerprint(program), registered.revision
     )
     examples = examples if examples is not None else load_examples(dataset)
-    compile_usage = None
+    compile_cost = None
     if method.compile:
         optimizer_lm = role_lm(spec, compile_settings(method).get("optimizer_lm", spec.lm), "optimizer")
         cached = compile_dir / f"{method.label}.{key}.compiled.json" if compile_dir else None
-        program, compile_usage = compile_for_run(
-            program, method, dataset, metric=metric, seed=spec.seed, optimizer_lm=optimizer_lm, cached=cached
+        program, compile_cost = compile_for_run(
+            program,
+            method,
+            dataset,
+            metric=metric,
+            seed=spec.seed,
+            optimizer_lm=optimizer_lm,
+            cached=cached,
+            scored=examples,
         )
     judge, judge_name = _judge(spec, metric)
     return PreparedRun(
@@ -148,7 +156,8 @@ def prepare_run(
         program=program,
         uses_labels=registered.uses_labels(options),
         key=key,
-        compile_usage=compile_usage,
+        compile_usage=compile_cost.usage if compile_cost else None,
+        compile_cost=compile_cost,
         judge=judge,
         judge_name=judge_name,
     )

@@ -1,0 +1,84 @@
+"""Which registered methods a ``compile`` table can compile, and the one check of such a table — its kind, the
+method's predictors, the splits, the limits, the optimizer LM and the optimizer's own options — made before any LM
+is built or called (a registered method is built without LMs to read its predictors, which calls nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.methods.entry import get_method, list_methods
+from dspy_for.lm import check_lm_spec
+from dspy_for.optimizers import COMPILERS, check_compile_options
+
+__all__ = ["COMPILE_KEYS", "check_compile", "compilable_methods", "predictor_names"]
+
+#: the keys of a ``compile`` table every kind takes (the compile step reads them); any other is the optimizer's own
+COMPILE_KEYS = ("kind", "trainset", "valset", "train_limit", "val_limit", "optimizer_lm")
+
+
+def predictor_names(name: str, options: Mapping[str, Any] | None = None) -> list[str]:
+    """The named predictors of method ``name`` with ``options`` — what a compiler tunes — read from the method built
+    without LMs (nothing is called)."""
+    entry = get_method(name)
+    own, _ = entry.split_options(options or {})
+    program = entry.build("question -> answer", dict.fromkeys(entry.roles), entry.with_defaults(own))
+    return [n for n, _ in program.named_predictors()]
+
+
+def compilable_methods() -> list[str]:
+    """The registered methods that have predictors, so a ``compile`` table can tune them."""
+    return [e.name for e in list_methods() if predictor_names(e.name)]
+
+
+def check_compile(
+    name: str,
+    options: Mapping[str, Any],
+    table: Any,
+    *,
+    label: str | None = None,
+    splits: Collection[str] | None = None,
+) -> None:
+    """The ``compile`` table of method ``name`` (with ``options``; ``label``: how the run names it), checked before any
+    LM call: a :class:`ConfigError` naming the fix otherwise. ``splits``: the dataset's splits, when known, that
+    ``trainset`` and ``valset`` must name. None: no compile step, nothing to check."""
+    if table is None:
+        return
+    where = f"`compile` of method `{label or name}`"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f'{where} must be a table, e.g. compile = {{ kind = "bootstrap" }}, got {table!r}.')
+    kind = table.get("kind")
+    if kind not in COMPILERS:
+        raise ConfigError(f"{where} needs `kind` = one of {', '.join(COMPILERS)}, got {kind!r}.")
+    predictors = predictor_names(name, options)
+    if not predictors:
+        raise ConfigError(
+            f"{where}: method `{name}` has no predictors, so a compiler has nothing to tune. Drop its `compile` "
+            f"table, or compile a method that has predictors: {', '.join(compilable_methods())}."
+        )
+    for key, default in (("trainset", "train"), ("valset", "val")):
+        split = table.get(key, default)
+        if not isinstance(split, str) or (splits is not None and split not in splits):
+            known = f": one of {', '.join(splits)}" if splits is not None else ""
+            raise ConfigError(f"{where}: `{key}` must name a split of the dataset{known}, got {split!r}.")
+    for key in ("train_limit", "val_limit"):
+        value = table.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{where}: `{key}` must be a positive integer (items), got {value!r}.")
+    if isinstance(table.get("optimizer_lm"), str):
+        check_lm_spec(table["optimizer_lm"])
+    own = {k: v for k, v in table.items() if k not in COMPILE_KEYS}
+    try:
+        check_compile_options(kind, own)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    named = own.get("predictors")
+    if kind == "textgrad" and named is not None and (isinstance(named, str) or not isinstance(named, list)):
+        raise ConfigError(f"{where}: `predictors` must be a list of predictor names, e.g. [{predictors[0]!r}].")
+    unknown = [p for p in named or () if p not in predictors]
+    if unknown:
+        raise ConfigError(
+            f"{where}: method `{name}` has no predictor `{unknown[0]}` (in `predictors`). Its predictors: "
+            f"{', '.join(predictors)}."
+        )
