@@ -54,12 +54,12 @@ def fields(messages: list[dict[str, Any]]) -> tuple[list[str], list[tuple[str, s
 
 def role_of(messages: list[dict[str, Any]]) -> str:
     """Which role a request was, from its fields: ``defender`` (A0 and revisions; the cascade's samples), ``debater``,
-    ``host``, ProRefine's ``task`` / ``feedback`` / ``optimizer`` / ``verifier``, or ``optimizer`` for a compiler's
+    ``host``, ProRefine's ``answer`` / ``feedback`` / ``optimizer`` / ``verifier``, or ``compiler`` for a compiler's
     own prompts (TextGrad's critique and rewrite, GEPA's reflection, MIPROv2's proposals)."""
     inputs, outputs = fields(messages)
     names = {n for n, _ in outputs}
     if not outputs:
-        return "optimizer"  # GEPA's reflection: a plain prompt
+        return "compiler"  # GEPA's reflection: a plain prompt
     if "dialogue" in inputs:
         return "host"
     if "questions" in names:
@@ -74,7 +74,7 @@ def role_of(messages: list[dict[str, Any]]) -> str:
         return "verifier"
     if inputs == ["question"] and "answer" in names:
         return "answer"  # the task's answer: `defender` for FOR and its kin, `task` for CoT and ProRefine
-    return "optimizer"
+    return "compiler"
 
 
 #: what a compiler's LM proposes as an instruction; under :func:`responder` ``(tuned=True)`` only a call whose prompt
