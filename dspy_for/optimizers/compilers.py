@@ -61,7 +61,8 @@ class Compiler:
     ``build(metric, seed, optimizer_lm, **options)`` makes its optimizer (it calls no LM); ``run(optimizer, student,
     trainset, valset, **run_options)`` compiles. ``defaults``: the options it sets itself, with their values; every
     other keyword parameter of ``optimizer`` (the optimizer's class) is accepted too, but those in ``fixed`` (set by
-    the kind). ``run_options``: options that go to ``run`` instead of ``build``."""
+    the kind). ``run_options``: options that go to ``run`` instead of ``build``; ``uses_valset``: whether it decides on
+    a validation set at all."""
 
     build: Callable[..., Any]
     run: Callable[..., dspy.Module]
@@ -70,6 +71,7 @@ class Compiler:
     fixed: tuple[str, ...] = ()
     run_options: Mapping[str, Any] = field(default_factory=dict)
     needs_optimizer_lm: bool = False
+    uses_valset: bool = True  # BootstrapFewShot decides on its training items alone
 
     def accepted(self) -> list[str]:
         """Every option this kind takes (its defaults', its run options' and its optimizer's own keyword parameters)."""
@@ -155,6 +157,7 @@ COMPILERS: dict[str, Compiler] = {
         run=lambda opt, student, trainset, valset: opt.compile(student, trainset=trainset),
         optimizer=dspy.BootstrapFewShot,
         defaults={"max_bootstrapped_demos": 4, "max_labeled_demos": 0},
+        uses_valset=False,
     ),
 }
 

@@ -53,8 +53,13 @@ ROWS = [
 
 
 def test_the_grid_pairs_each_compiled_method_with_its_student_and_the_most_accurate_plain_method():
-    rows = [*ROWS, row("for_bootstrap", 0.45, 0.32, 0.58, {"m-1.5b": 5000}, compile={"tokens_by_lm": {"m-1.5b": 9}})]
-    assert grid_pairs(METHODS, rows) == [
+    rows = [
+        *ROWS,
+        row("for_bootstrap", 0.45, 0.32, 0.58, {"m-1.5b": 5000}, compile={"tokens_by_lm": {"m-1.5b": 9}}),
+        row("prorefine_oracle", 0.9, 0.8, 0.95, {"m-1.5b": 3000}),  # reads the gold label: never the one to beat
+    ]
+    oracle = MethodConfig(name="prorefine", label="prorefine_oracle", options={"verifier": "oracle"})
+    assert grid_pairs([*METHODS, oracle], rows) == [
         ("gsm8k", "cot_bootstrap", "cot"),
         ("gsm8k", "cot_bootstrap", "for_n1_host"),
         ("gsm8k", "for_bootstrap", "for_n1_host"),  # its student is the most accurate plain method: once

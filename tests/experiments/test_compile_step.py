@@ -32,6 +32,8 @@ SAMPLE = load_dataset("gsm8k", "sample")
 GOLD = {ex.question: ex.answer for ex in SAMPLE}
 DATA = DatasetConfig(name="gsm8k", split="sample", first=3)
 TABLE = {"kind": "bootstrap", "trainset": "sample", "valset": "sample", "train_limit": 12, "val_limit": 5}
+#: a compiler that validates (BootstrapFewShot decides on its training items alone)
+TEXTGRAD = {**TABLE, "kind": "textgrad", "epochs": 1, "steps_per_epoch": 1}
 
 
 #: every request answered, whichever copy of the LM made it (DSPy's optimizers deep-copy the student with its LM)
@@ -71,6 +73,7 @@ def test_the_compile_cost_is_recorded_and_a_resumed_run_reuses_it_without_spendi
     assert len(program.predict.demos) == 4 and program.predict.lm is lm
     total = cost.usage["total"]
     assert cost.kind == "bootstrap" and not cost.reused and total["calls"] == len(ASKED) > 0
+    assert cost.train_items == 12 - cost.left_out and cost.val_items == 0  # no validation set: none is loaded
     assert cost.tokens == total["tokens"] == cost.tokens_by_lm["lm-task"] > 0 and cost.spent_tokens == cost.tokens
     assert cost.usd == pytest.approx((total["prompt_tokens"] * 1.0 + total["completion_tokens"] * 2.0) / 1e6)
     assert cost.spent_usd == cost.usd and cost.usd_by_role() == {"task": cost.usd}
@@ -113,7 +116,7 @@ def test_an_unpriced_lm_has_no_dollar_cost_and_an_older_cache_has_no_wall_time(t
 def test_a_compile_leaves_out_every_item_the_run_scores_and_validates_on_the_splits_last_items(tmp_path):
     lm = ScriptedLM(answer)
     scored = load_examples(DATA)  # the first 3 items
-    _, cost = compile_once(lm, tmp_path / "p.compiled.json", scored=scored)
+    _, cost = compile_once(lm, tmp_path / "p.compiled.json", table=TEXTGRAD, scored=scored)
     train = load_dataset("gsm8k", "sample", limit=12, seed=0)
     expected_out = sum(key(ex) in {key(s) for s in scored} for ex in train)
     assert expected_out > 0  # the seeded sample holds a scored item: the rule has something to do
@@ -124,7 +127,7 @@ def test_a_compile_leaves_out_every_item_the_run_scores_and_validates_on_the_spl
     # any LM call
     ASKED.clear()
     with pytest.raises(ConfigError, match=r"p\.compiled\.json was compiled on 5 item\(s\) this run now scores"):
-        compile_once(lm, tmp_path / "p.compiled.json", scored=[*scored, *SAMPLE[-5:]])
+        compile_once(lm, tmp_path / "p.compiled.json", table=TEXTGRAD, scored=[*scored, *SAMPLE[-5:]])
     # every training item scored: nothing left to train on
     with pytest.raises(ConfigError, match="every one of its 12 `trainset` items is an item the run scores"):
         compile_once(lm, tmp_path / "q.compiled.json", scored=SAMPLE)

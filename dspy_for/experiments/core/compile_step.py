@@ -4,11 +4,11 @@ the compile cost (:class:`CompileCost`), kept beside the compiled program and re
 
 **Which items a compile decides on.** Its train set is ``trainset`` (default the train split; ``train_limit``: a
 seeded sample of N), its validation set the *last* ``val_limit`` items of ``valset`` (default val; all of it without a
-limit), while a run scores a split's *first* items — and every item the run scores is left out of both (matched by
-question and gold; how many is recorded as ``left_out``), so a compile never decides on an item a reported cell scores,
-even when it trains on the split the run scores (a user's one-split data file). The compiled program is kept with the
-items it decided on: a resumed run that now scores one of them (grown to more items) is a :class:`ConfigError` naming
-the cached file to delete, never a silent reuse.
+limit; BootstrapFewShot takes none), while a run scores a split's *first* items — and every item the run scores is
+left out of both (matched by question and gold; how many is recorded as ``left_out``), so a compile never decides on
+an item a reported cell scores, even when it trains on the split the run scores (a user's one-split data file). The
+compiled program is kept with the items it decided on: a resumed run that now scores one of them (grown to more
+items) is a :class:`ConfigError` naming the cached file to delete, never a silent reuse.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import check_compile
 from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, load_examples
 from dspy_for.lm.usage import RoleUsage, Usage
-from dspy_for.optimizers import compile_program, load_compiled
+from dspy_for.optimizers import COMPILERS, compile_program, load_compiled
 
 __all__ = ["CompileCost", "compile_for_run", "compile_settings"]
 
@@ -157,8 +157,8 @@ def compile_for_run(
     cfg = dict(method.compile or {})
     kind = cfg.pop("kind")
     trainset = load_examples(dataset, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
-    valset = load_examples(dataset, cfg.pop("valset", "val"))
-    val_limit = cfg.pop("val_limit", None)
+    val_split, val_limit = cfg.pop("valset", "val"), cfg.pop("val_limit", None)
+    valset = load_examples(dataset, val_split) if COMPILERS[kind].uses_valset else []  # bootstrap: none
     if val_limit:
         valset = valset[-int(val_limit) :]
     cfg.pop("optimizer_lm", None)

@@ -21,6 +21,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dspy_for.experiments.methods import get_method
 from dspy_for.stats import CostModel, break_even
 
 if TYPE_CHECKING:
@@ -57,13 +58,15 @@ def cost_unit(rows: Iterable[Mapping[str, Any]]) -> str:
 
 def grid_pairs(methods: Sequence[MethodConfig], rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
     """(dataset, method, against): each compiled method against its uncompiled student (the first method of the
-    same name, options and role LMs without a compile step) and against the most accurate method without one."""
+    same name, options and role LMs without a compile step) and against the most accurate method without one that
+    reads no gold label (an oracle is an upper bound, not a method to deploy)."""
     rows = list(_measured(rows))
     pairs: list[tuple[str, str, str]] = []
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         here = {r["method"]: r for r in rows if r["dataset"] == dataset}
         plain = [m for m in methods if not m.compile and m.label in here]
-        best = max(plain, key=lambda m: here[m.label]["accuracy"], default=None)
+        deployable = [m for m in plain if not get_method(m.name).uses_labels(m.options)]
+        best = max(deployable, key=lambda m: here[m.label]["accuracy"], default=None)
         for m in methods:
             if not m.compile or m.label not in here:
                 continue
