@@ -13,6 +13,10 @@
 - :func:`is_openai_reasoning_model`: DSPy's rule for the models that take only temperature 1.
 - :func:`find_history_entry`: the history entry DSPy's ``finalize`` appended to ``lm.history`` for one
   call, found by the identity of the outputs the call returned (entry keys ``outputs``/``response``/``usage``).
+- :func:`refine_hint`: ``dspy.Refine``'s advice for one predictor on a retry, read from the closure of the
+  ``WrapperAdapter`` that ``Refine.forward`` installs (``adapter``, ``advice``, ``signature2name``). Refine finds a
+  predictor by the identity of the signature it is called with, so a call with a signature of its own (ProRefine's
+  refined instruction p*) gets no hint from it; :class:`RefineHint` applies the hint as ``WrapperAdapter`` does.
 
 :func:`check_supported` fails loudly, naming the supported range, when the installed DSPy lacks any of it.
 """
@@ -21,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+import types
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
@@ -36,6 +42,7 @@ except ImportError:  # pragma: no cover - DSPy without the 3.4 migration shim
 
 __all__ = [
     "SUPPORTED_DSPY",
+    "RefineHint",
     "UnsupportedDSPyError",
     "UsageKeepingCache",
     "acall_once",
@@ -45,6 +52,7 @@ __all__ = [
     "find_history_entry",
     "is_openai_reasoning_model",
     "original_usage",
+    "refine_hint",
     "relayed_message_call",
 ]
 
@@ -161,6 +169,8 @@ def check_supported() -> None:
         missing.append("dspy.BaseLM.update_history")
     if _UNDECORATED_CALL is None or _UNDECORATED_ACALL is None:
         missing.append("dspy.BaseLM.__call__.__wrapped__ (DSPy's with_callbacks)")
+    if _refine_wrapper_vars() != _REFINE_WRAPPER_VARS:
+        missing.append(f"dspy.Refine.forward's WrapperAdapter.__call__ over {', '.join(_REFINE_WRAPPER_VARS)}")
     if missing:
         version = getattr(dspy, "__version__", "unknown")
         raise UnsupportedDSPyError(
@@ -201,3 +211,54 @@ def is_openai_reasoning_model(model: str) -> bool:
 
 
 _REASONING_FAMILY = r"^(?:o[1345](?:-(?:mini|nano|pro))?(?:-\d{4}-\d{2}-\d{2})?|gpt-5(?:\.\d+)*(?!-chat)(?:-.*)?)$"
+
+
+# ------------------------------------------------------------------------------------- dspy.Refine's hint
+
+_REFINE_WRAPPER = "Refine.forward.<locals>.WrapperAdapter"
+_REFINE_WRAPPER_VARS = ("adapter", "advice", "signature2name")
+_REFINE_HINT_FIELD = "hint_"
+_REFINE_HINT_DESC = "A hint to the module from an earlier run"
+
+
+@dataclass(frozen=True)
+class RefineHint:
+    """``dspy.Refine``'s hint for one predictor on a retry with advice, and the adapter Refine wrapped."""
+
+    adapter: Any
+    text: str
+
+    def apply(self, signature: Any, inputs: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``signature`` and ``inputs`` as Refine's ``WrapperAdapter`` hands them to the adapter it wraps."""
+        hinted = signature.append(_REFINE_HINT_FIELD, dspy.InputField(desc=_REFINE_HINT_DESC))
+        return hinted, {**inputs, _REFINE_HINT_FIELD: self.text}
+
+
+def refine_hint(own_signature: Any) -> RefineHint | None:
+    """The hint ``dspy.Refine`` gives the predictor whose own signature is ``own_signature`` ("N/A" when its advice
+    names no such predictor), when the adapter in force is the ``WrapperAdapter`` of a Refine retry; else None."""
+    adapter = dspy.settings.adapter
+    call: Any = vars(type(adapter)).get("__call__")
+    code = getattr(call, "__code__", None)
+    if (
+        type(adapter).__qualname__ != _REFINE_WRAPPER
+        or code is None
+        or tuple(sorted(code.co_freevars)) != (_REFINE_WRAPPER_VARS)
+    ):
+        return None
+    cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, call.__closure__, strict=True)}
+    text = cells["advice"].get(cells["signature2name"].get(own_signature), "N/A")
+    return RefineHint(cells["adapter"], str(text))
+
+
+def _refine_wrapper_vars() -> tuple[str, ...] | None:
+    """The free variables of ``WrapperAdapter.__call__`` as ``Refine.forward`` defines it (None: no such class)."""
+    from dspy.predict.refine import Refine
+
+    stack = [Refine.forward.__code__]
+    while stack:
+        code = stack.pop()
+        if code.co_qualname == f"{_REFINE_WRAPPER}.__call__":
+            return tuple(sorted(code.co_freevars))
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return None

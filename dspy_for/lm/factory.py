@@ -65,6 +65,7 @@ from dspy_for.lm.options import (
     is_reasoning_model,
     lm_defaults,
 )
+from dspy_for.lm.origin import remember
 from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
 from dspy_for.lm.registry import get_model
 
@@ -207,6 +208,13 @@ class LM(dspy.LM):
     def dump_state(self) -> dict[str, Any]:
         return {**super().dump_state(), "num_retries": self.retry_policy.num_retries}
 
+    def __getstate__(self) -> dict[str, Any]:  # deepcopy, pickle: the endpoint is the process's, found again
+        return {k: v for k, v in super().__getstate__().items() if k != "endpoint"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.endpoint = transport.endpoint(self.model, self.kwargs.get("api_base"), self.max_connections)
+
 
 def with_transport(lm: dspy.BaseLM) -> dspy.BaseLM:
     """``lm`` as a run uses it: a plain ``dspy.LM`` becomes a copy whose calls travel through
@@ -286,9 +294,11 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
     ``num_retries`` (default :data:`DEFAULT_NUM_RETRIES`, local 1), ``api_base`` and any litellm option;
     for ``local/`` specs also ``n_ctx``, ``n_threads`` and ``prompt_cache`` (default False: the model's
     prompt-caching server, docs/prompt_cache.md). ``api_key`` is refused: keys come from the environment.
+    The LM remembers the spec and options it was built from (:func:`dspy_for.lm.origin.made_from`).
     """
     if isinstance(spec, dspy.BaseLM):
         return spec
+    given = dict(options)
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(
             f"`lm` must be a litellm model string such as 'openai/gpt-4.1-mini' or 'local/qwen2.5-coder-1.5b', "
@@ -310,7 +320,7 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
         configure_cache()
         options.setdefault("temperature", 0.0)
         _set_timeout(options, DEFAULT_LOCAL_TIMEOUT)
-        return LocalLM(spec[len(LOCAL_PREFIX) :], **options)
+        return remember(LocalLM(spec[len(LOCAL_PREFIX) :], **options), spec, given)
     if "/" not in spec:
         raise ConfigError(
             f"LM spec `{spec}` has no provider prefix. Use a litellm model string like 'openai/{spec}', "
@@ -329,7 +339,7 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
     options.setdefault("num_retries", DEFAULT_NUM_RETRIES)
     _set_timeout(options, DEFAULT_TIMEOUT)
     namespace = options.get("api_base")
-    return LM(spec, cache_namespace=namespace, **options)
+    return remember(LM(spec, cache_namespace=namespace, **options), spec, given)
 
 
 def _set_timeout(options: dict[str, Any], default: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dspy_for.modules.cascade import Cascade
 from dspy_for.modules.for_prompting import FORPrompting
 from dspy_for.modules.prorefine import ProRefine, export_program
+from dspy_for.modules.role_lms import PerRoleLMs, RoleLMSet
 from dspy_for.modules.self_consistency import SelfConsistency
 from dspy_for.modules.trajectory import (
     AnswerFields,
@@ -25,10 +26,12 @@ __all__ = [
     "ForRole",
     "ForTurn",
     "ForTurnType",
+    "PerRoleLMs",
     "ProRefine",
     "ProRefineStep",
     "QuestionsFields",
     "RevisionFields",
+    "RoleLMSet",
     "SelfConsistency",
     "SynthesisFields",
     "TurnUsage",

@@ -17,7 +17,8 @@ both are a prefix of ``defender_sc``'s at the same temperature); the debate is a
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import dspy
 from dspy.signatures.signature import ensure_signature
@@ -64,6 +65,11 @@ class Cascade(PerRoleLMs):
     "settled", "answered", "tokens"}``. A failed LM call in any stage is raised; so is an unreadable item
     (no readable sample and no debate, or an unreadable first answer of the debate).
     """
+
+    lm_parameters: ClassVar[Mapping[str, str]] = {
+        "samples.defender": "defender_lm",
+        **{f"debate.{name}": param for name, param in FORPrompting.lm_parameters.items()},
+    }
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import dspy
 from dspy.signatures.signature import ensure_signature
@@ -84,6 +84,13 @@ class FORPrompting(PerRoleLMs):
     (``parse_error`` in its turn) and counted in ``unreadable_turns``. Only an unreadable first answer
     A0 fails the call, as in ``dspy.Predict``.
     """
+
+    lm_parameters: ClassVar[Mapping[str, str]] = {
+        "defender": "defender_lm",
+        "revise": "defender_lm",
+        "debater": "debater_lm",
+        "host": "host_lm",
+    }
 
     def __init__(
         self,
@@ -173,7 +180,7 @@ class FORPrompting(PerRoleLMs):
         rejected = "none"
         questions: list[str] = []
         for attempt in range(2 if self.guard else 1):
-            private: list[Any] | None = [] if attempt == 0 and self.guard else None  # its own trace: may be rejected
+            hidden = attempt == 0 and self.guard  # in DSPy's trace only if the guard accepts it
             offered = {
                 "task": d.task,
                 "current_answer": current,
@@ -183,11 +190,7 @@ class FORPrompting(PerRoleLMs):
             }
             kwargs = {k: v for k, v in offered.items() if k in self.debater.signature.input_fields}
             try:
-                with (
-                    role(T.DEBATER),
-                    _later_turn_parsing(),
-                    dspy.context(trace=private) if private is not None else nullcontext(),
-                ):
+                with role(T.DEBATER), _later_turn_parsing(), T.private_trace() if hidden else nullcontext() as private:
                     out = await calls.predict(self.debater, kwargs)
             except AdapterParseError as exc:  # unreadable questions: nothing (more) to ask this round
                 unread: T.QuestionsFields = {"questions": [], "attempt": attempt, "parse_error": _short(exc)}
@@ -195,8 +198,7 @@ class FORPrompting(PerRoleLMs):
                 break
             questions, violations = self._guard(out.questions, d, r, attempt, allowed)
             if not violations:
-                if private and dspy.settings.trace is not None:  # an accepted first attempt joins DSPy's trace
-                    dspy.settings.trace.extend(private)
+                T.publish(private or [])  # an accepted first attempt joins DSPy's trace
                 break
             rejected = "; ".join(f"{q!r} broke the rules: {', '.join(why)}" for q, why in violations)
         d.asked_nothing = not questions
@@ -286,8 +288,6 @@ class FORPrompting(PerRoleLMs):
     def _keeps_previous(self, revised: dict[str, Any], error_found: bool, previous: dict[str, Any]) -> bool:
         """Keep-unless-error: a changed answer without a named error does not replace A_{r-1}."""
         return self.keep_unless_error and not error_found and revised != previous
-
-    # ------------------------------------------------------------------- per-role LMs inside wrappers
 
 
 # ------------------------------------------------------------------------------------------ helpers

@@ -11,7 +11,9 @@ Algorithm 1 of the paper (regenerating from scratch each step, as the official c
     return p*
 
 The final outputs come from the task LM with p* at full length (reusing o_i when it already ended with
-end-of-sequence). An optional verifier gates refinement: ``"llm"`` asks a judge LM whether the initial
+end-of-sequence): one call of the task predictor, the only one DSPy's trace records for the task role (see
+``prorefine_task``), so optimizers bootstrap task demos, which every capped step then shows. An optional verifier
+gates refinement: ``"llm"`` asks a judge LM whether the initial
 answer is correct (no labels); ``"oracle"`` uses the metric against the gold label (an upper bound,
 marked ``label_using``).
 
@@ -28,43 +30,28 @@ the official code takes it).
 
 from __future__ import annotations
 
-import contextvars
-import logging
 import re
-from typing import Any, Literal, TypedDict
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 import dspy
 from dspy.signatures.signature import ensure_signature
+from dspy.utils.exceptions import AdapterParseError
 
-from dspy_for.compat.dspy import call_with_messages
 from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import Usage, role, track_usage
 from dspy_for.metrics import numeric_match
 from dspy_for.modules import prorefine_signatures as S
+from dspy_for.modules import prorefine_task as task_role
 from dspy_for.modules import trajectory as T
 from dspy_for.modules.guard import numbers_in
 from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
+from dspy_for.modules.prorefine_task import TaskOutput
+from dspy_for.modules.role_lms import PerRoleLMs
 from dspy_for.modules.task_text import render_task
 
 __all__ = ["ProRefine", "clean_prompt", "export_program", "rejection_reason"]
-
-
-_CAPPED_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("dspy_for_prorefine_capped_step", default=False)
-
-
-class _CappedStepFilter(logging.Filter):
-    """Drops DSPy's "LM response was truncated" warning for ProRefine's own capped step calls: being cut at
-    i·k tokens is what a step asks for. Other calls (and other threads) keep the warning."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (_CAPPED_STEP.get() and "truncated" in record.getMessage())
-
-
-def _install_step_filter() -> None:
-    logger = logging.getLogger("dspy.clients.lm")
-    if not any(isinstance(f, _CappedStepFilter) for f in logger.filters):
-        logger.addFilter(_CappedStepFilter())
 
 
 _ADAPTER_MARKER = re.compile(r"\[\[ ## \w+ ## \]\]")
@@ -118,7 +105,7 @@ def export_program(
     return dspy.ChainOfThought(sig) if kind == "cot" else dspy.Predict(sig)
 
 
-class ProRefine(dspy.Module):
+class ProRefine(PerRoleLMs):
     """Inference-time prompt refinement with task, feedback, optimizer and verifier roles.
 
     Args:
@@ -135,8 +122,16 @@ class ProRefine(dspy.Module):
         guard: reject an optimizer rewrite that pastes the problem, its numbers or the feedback
             (:func:`rejection_reason`); ``False`` takes every non-empty rewrite, as the official code does.
         metric: the oracle's metric ``(example, prediction) -> bool`` (default: numeric answer match).
-        task_lm, feedback_lm, optimizer_lm, verifier_lm: per-role LMs (default: the configured LM).
+        task_lm, feedback_lm, optimizer_lm, verifier_lm: per-role LMs (``dspy.BaseLM`` or spec strings; default:
+            the configured LM).
     """
+
+    lm_parameters: ClassVar[Mapping[str, str]] = {
+        "task": "task_lm",
+        "feedback": "feedback_lm",
+        "optimizer": "optimizer_lm",
+        "verifier": "verifier_lm",
+    }
 
     def __init__(
         self,
@@ -223,7 +218,8 @@ class ProRefine(dspy.Module):
         (refine). ``"oracle"`` asks the metric with the gold label; ``"none"`` always refines."""
         if self.verifier_mode == "none":
             return None
-        initial = await self._full(calls, prompt, inputs)
+        with T.private_trace() as initial_trace:  # in DSPy's trace only if it is the answer the item ends on
+            initial = await task_role.answer(calls, self.task, prompt, inputs)
         if self.verifier_mode == "oracle":
             right = bool(self.metric(gold, initial))
         else:
@@ -233,9 +229,11 @@ class ProRefine(dspy.Module):
                 kwargs = {"task": render_task(self.signature, inputs), "answer": answer}
                 verdict = await calls.predict(self.verifier, kwargs)
             right = bool(verdict.correct)
+        if right:
+            T.publish(initial_trace)
         return initial if right else None
 
-    async def _feedback(self, calls: T.Calls, prompt: str, inputs: dict[str, Any], output: _TaskOutput) -> Any:
+    async def _feedback(self, calls: T.Calls, prompt: str, inputs: dict[str, Any], output: TaskOutput) -> Any:
         """f_i: the feedback role's critique of the partial output o_i (``feedback`` and ``is_correct``; with the
         official prompts, which return the feedback alone, ``is_correct`` is read from the phrase they prescribe)."""
         task = render_task(self.signature, inputs)
@@ -252,7 +250,7 @@ class ProRefine(dspy.Module):
         i: int,
         prompt: str,
         inputs: dict[str, Any],
-        output: _TaskOutput,
+        output: TaskOutput,
         fb: Any,
         steps: list[T.ProRefineStep],
     ) -> T.ProRefineStep:
@@ -294,16 +292,22 @@ class ProRefine(dspy.Module):
             "rejected_reason": rejected,
         }
 
+    def _generate(self, prompt: str, inputs: dict[str, Any], max_tokens: int) -> TaskOutput:
+        """o_i: the task LM's output with instruction ``prompt``, capped at ``max_tokens`` (an LM call, not a
+        ``Predict`` call: DSPy's trace never holds a partial output)."""
+        return task_role.capped_step(self.task, prompt, inputs, max_tokens)
+
     async def _final_answer(
-        self, calls: T.Calls, prompt: str, inputs: dict[str, Any], last: _TaskOutput
+        self, calls: T.Calls, prompt: str, inputs: dict[str, Any], last: TaskOutput
     ) -> dspy.Prediction:
-        """The outputs with p*: the last step's own when it ended with end-of-sequence (and parses), else the
-        task predictor at full length."""
-        if last["eos"]:
-            parsed = _parse(last["messages_signature"], last["text"])
-            if parsed is not None:
-                return parsed
-        return await self._full(calls, prompt, inputs)
+        """The outputs with p*, as one call of the task predictor: the last step's own reply when it ended with
+        end-of-sequence (and parses), served again; else the task predictor at full length."""
+        if last["eos"] and task_role.parses(self.task, last):
+            try:
+                return await task_role.answer(calls, self.task, prompt, inputs, replay=last["text"])
+            except AdapterParseError:
+                pass
+        return await task_role.answer(calls, self.task, prompt, inputs)
 
     def _prediction(
         self, final: dspy.Prediction, prompt: str, steps: list[T.ProRefineStep], usage: Usage, refined: bool
@@ -318,72 +322,9 @@ class ProRefine(dspy.Module):
         }
         return dspy.Prediction(**values, refined_prompt=prompt, trajectory=steps, usage=usage.to_dict(), stats=stats)
 
-    # ------------------------------------------------------------------------------------ task calls
-
-    def _task_lm(self) -> Any:
-        lm = self.task.lm or dspy.settings.lm
-        if lm is None:
-            raise ConfigError("No LM for the `task` role: pass `task_lm=` or call dspy.configure(lm=...).")
-        return lm
-
-    def _generate(self, prompt: str, inputs: dict[str, Any], max_tokens: int | None) -> _TaskOutput:
-        """One task-LM call in the exact message format of the final answer, capped at ``max_tokens``."""
-        adapter = dspy.settings.adapter or dspy.ChatAdapter()
-        sig = self.task.signature.with_instructions(prompt)
-        messages = adapter.format(sig, self.task.demos, inputs)
-        lm = self._task_lm()
-        kwargs = {"max_tokens": max_tokens} if max_tokens else {}
-        _install_step_filter()
-        token = _CAPPED_STEP.set(True)
-        try:
-            with track_usage() as usage, role("task"):
-                outputs = call_with_messages(lm, messages, **kwargs)
-        finally:
-            _CAPPED_STEP.reset(token)
-        first = outputs[0] if outputs else ""
-        text = first.get("text", "") if isinstance(first, dict) else str(first)
-        call = usage.calls[-1] if usage.calls else None
-        tokens = call.completion_tokens if call else len(text.split())
-        reason = call.finish_reason if call else None
-        # end-of-sequence: the server says "stop" AND the cap was not reached (some servers misreport)
-        eos = reason == "stop" and (max_tokens is None or tokens < max_tokens)
-        return {
-            "text": text,
-            "finish_reason": reason,
-            "completion_tokens": tokens,
-            "eos": eos,
-            "messages_signature": sig,
-        }
-
-    async def _full(self, calls: T.Calls, prompt: str, inputs: dict[str, Any]) -> dspy.Prediction:
-        """The task predictor at full length with instruction ``prompt`` (a per-call signature: no mutation)."""
-        with role("task"):
-            return await calls.predict(
-                self.task, {**inputs, "signature": self.task.signature.with_instructions(prompt)}
-            )
-
     def export(
         self, prediction_or_prompt: dspy.Prediction | str, kind: Literal["cot", "predict"] = "cot"
     ) -> dspy.Module:
         """A reusable ``ChainOfThought``/``Predict`` whose instruction is the refined prompt p*."""
         prompt = prediction_or_prompt if isinstance(prediction_or_prompt, str) else prediction_or_prompt.refined_prompt
         return export_program(self.signature, prompt, kind)
-
-
-class _TaskOutput(TypedDict):
-    """One capped task step: the text, how it ended, and the signature its messages were formatted with."""
-
-    text: str
-    finish_reason: str | None
-    completion_tokens: int
-    eos: bool
-    messages_signature: type[dspy.Signature]
-
-
-def _parse(sig: type[dspy.Signature], text: str) -> dspy.Prediction | None:
-    """The task outputs parsed from a step's text, or None when the adapter cannot parse it."""
-    adapter = dspy.settings.adapter or dspy.ChatAdapter()
-    try:
-        return dspy.Prediction(**adapter.parse(sig, text))
-    except Exception:
-        return None

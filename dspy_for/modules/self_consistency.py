@@ -39,6 +39,7 @@ from dspy_for.jsonwalk import jsonable
 from dspy_for.metrics import extract_number
 from dspy_for.modules import for_signatures as S
 from dspy_for.modules import trajectory as T
+from dspy_for.modules.role_lms import PerRoleLMs
 
 __all__ = ["STOP_RULES", "SelfConsistency", "StopRule", "Votes", "beta_confidence"]
 
@@ -153,7 +154,7 @@ class Votes:
         raise next(s for s in reversed(self.samples) if isinstance(s, AdapterParseError))
 
 
-class SelfConsistency(dspy.Module):
+class SelfConsistency(PerRoleLMs):
     """Sample answers at ``temperature`` and return the most common answer of the first output field among the
     readable samples (see the module docstring for the stop rules and their sources).
 
@@ -179,7 +180,9 @@ class SelfConsistency(dspy.Module):
     answer) and, under an adaptive rule, ``k`` (the cap).
 
     Sample ``i`` uses rollout id ``i``; inside ``dspy.BestOfN`` / ``dspy.Refine`` (whose attempt ``r`` runs
-    with an LM of rollout id ``r``) it uses ``r * k + i``, so each attempt draws new samples even from a cache.
+    with an LM of rollout id ``r``) it uses ``r * k + i``, so each attempt draws new samples even from a cache. Its
+    LM (``set_lm``, default the configured LM) is kept by compilers and save/load as every role LM is
+    (:class:`~dspy_for.modules.PerRoleLMs`).
     """
 
     def __init__(

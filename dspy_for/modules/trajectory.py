@@ -15,13 +15,16 @@ the method registry (``dspy_for.experiments.methods``).
 
 Each algorithm is written once, as a coroutine over :class:`Calls`: ``forward`` runs it with
 :data:`SYNC_CALLS` through :func:`run_sync` (plain ``predictor(**kwargs)`` calls), ``aforward`` awaits it
-with :data:`ASYNC_CALLS` (``await predictor.acall(**kwargs)``).
+with :data:`ASYNC_CALLS` (``await predictor.acall(**kwargs)``). A call whose answer the algorithm may set aside
+(the guard's re-asked Debater, ProRefine's refined initial answer) runs in a :func:`private_trace`, and enters DSPy's
+trace (:func:`publish`) only when its answer is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
@@ -56,6 +59,8 @@ __all__ = [
     "attach_turn_usage",
     "field_lines",
     "for_turn",
+    "private_trace",
+    "publish",
     "run_sync",
 ]
 
@@ -249,3 +254,18 @@ def run_sync(algorithm: Coroutine[Any, Any, R]) -> R:
         return done.value
     algorithm.close()
     raise RuntimeError("run_sync: the algorithm suspended; it must make its calls through SYNC_CALLS")
+
+
+@contextmanager
+def private_trace() -> Iterator[list[Any]]:
+    """``dspy.settings.trace`` entries of the calls made inside go to the list it yields, not to the trace in force
+    (DSPy's optimizers bootstrap demos from that trace); :func:`publish` adds them once their answer is kept."""
+    entries: list[Any] = []
+    with dspy.context(trace=entries):
+        yield entries
+
+
+def publish(entries: Sequence[Any]) -> None:
+    """Add :func:`private_trace` entries to the trace in force (when DSPy is tracing)."""
+    if entries and dspy.settings.trace is not None:
+        dspy.settings.trace.extend(entries)

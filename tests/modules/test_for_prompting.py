@@ -228,7 +228,7 @@ def test_per_role_lms_get_only_their_role():
 def test_works_inside_refine_bestofn_parallel_and_evaluate_with_per_role_lms():
     d, q, h = (ScriptedLM(make_responder(), model=name) for name in ("d-model", "q-model", "h-model"))
     m = FORPrompting("question -> answer: float", rounds=1, defender_lm=d, debater_lm=q, host_lm=h)
-    assert m.get_lm() is d
+    assert m.get_lm().lms == {"defender": d, "revise": d, "debater": q, "host": h}  # every role's LM, as one value
     refine = dspy.Refine(m, N=2, reward_fn=lambda args, pred: float(pred.answer == 36.0), threshold=1.0)
     best = dspy.BestOfN(m, N=2, reward_fn=lambda args, pred: 1.0, threshold=1.0)
     with track_usage() as usage:
