@@ -87,6 +87,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # an answer goes out as a few writes (headers, body, chunks): sent at once, not held back by Nagle's
+        # algorithm until the client's delayed ACK (~40 ms per answer)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.owner._lock:
             self.server.open_connections.add(self.connection)
 

@@ -1,0 +1,466 @@
+"""The matrix's DSPy entry points other than the compilers: each runs a module through one piece of DSPy machinery as
+a user would and asserts what that entry point promises. Which model each role's calls named is asserted for every
+cell by the test from the server's log (:func:`check_routing`); the compilers are in :mod:`matrix_compilers`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dspy
+from dspy.clients import base_lm
+from dspy.utils.callback import BaseCallback
+from matrix_cells import (
+    CONFIGURED,
+    HINT_FIELD,
+    Call,
+    Layout,
+    MatrixResponder,
+    ModuleSpec,
+    Roles,
+    answer_of,
+    disagreeing_key,
+    example,
+    plain_lm,
+    question,
+    role_lms,
+)
+
+from dspy_for.lm.roles import DEFAULT_ROLE
+from dspy_for.lm.usage import track_usage
+from dspy_for.testing.server import OpenAICompatibleServer
+
+
+@dataclass
+class Ctx:
+    """One cell: the server, the module and its layout's LMs (made once, as a user makes them)."""
+
+    server: OpenAICompatibleServer
+    responder: MatrixResponder
+    spec: ModuleSpec
+    layout: Layout
+    tmp_path: Path
+    #: models the entry point's own calls name (an optimizer's proposer, ``dspy.Refine``'s feedback)
+    tools: set[str] = field(default_factory=set)
+    #: requests before this index were made before the step that may be refused
+    checkpoint: int = 0
+    lms: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.lms = role_lms(self.layout, self.server.base_url)
+
+    def build(self, *, with_lms: bool = True) -> dspy.Module:
+        program = self.spec.build(self.lms if with_lms else {})
+        self.responder.disagreeing = disagreeing_key(self.spec, program)
+        return program
+
+    def lm(self, model: str, **kwargs: Any) -> dspy.LM:
+        return plain_lm(self.server.base_url, model, **kwargs)
+
+    def calls(self, start: int = 0) -> list[Call]:
+        return Roles(self.spec, self.build(with_lms=False)).read(list(self.server.requests), start)
+
+    def roles_ran(self, start: int = 0) -> set[str]:
+        return {c.role for c in self.calls(start) if c.role}
+
+
+def check_routing(ctx: Ctx) -> list[Call]:
+    """Every request was a role's call naming that role's model (the configured one for a role without an LM), or
+    one of the entry point's own calls naming its own LM."""
+    calls = ctx.calls()
+    for c in calls:
+        if c.role is None:
+            assert c.model in ctx.tools, (
+                f"request {c.index} is no role's call of {ctx.spec.name} and names {c.model!r} (the entry point's own "
+                f"calls may name {sorted(ctx.tools)}): {c.text[:300]!r}"
+            )
+        else:
+            want = ctx.layout.expected(c.role)
+            assert c.model == want, (
+                f"{ctx.spec.name} [{ctx.layout.name}]: request {c.index}, a {c.role} call ({'/'.join(c.predictors)}), "
+                f"named {c.model!r}; its LM is {want!r}"
+            )
+    return calls
+
+
+def expected_roles(spec: ModuleSpec) -> set[str]:
+    return {spec.predictors[p] for p in spec.always_called}
+
+
+def assert_every_role_ran(ctx: Ctx, start: int = 0) -> None:
+    assert expected_roles(ctx.spec) <= ctx.roles_ran(start), (ctx.spec.name, sorted(ctx.roles_ran(start)))
+
+
+def answer(pred: Any) -> float:
+    assert pred is not None, "no prediction"
+    return float(pred.answer)
+
+
+# --------------------------------------------------------------------------------------------- calls
+
+
+def run_call(ctx: Ctx) -> None:
+    assert answer(ctx.build()(question=question(1))) == answer_of(1)
+    assert_every_role_ran(ctx)
+
+
+def run_evaluate(ctx: Ctx) -> None:
+    devset = [example(k) for k in (1, 2, 3)]
+
+    def metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None) -> float:
+        return float(pred.answer == gold.answer)
+
+    result = dspy.Evaluate(devset=devset, metric=metric, num_threads=2, display_progress=False, max_errors=0)(
+        ctx.build()
+    )
+    assert result.score == 100.0
+    assert_every_role_ran(ctx)
+
+
+def run_parallel(ctx: Ctx) -> None:
+    program = ctx.build()
+    items = [example(k) for k in (1, 2, 3)]
+    preds = dspy.Parallel(num_threads=2, max_errors=0)([(program, ex) for ex in items])
+    assert [answer(p) for p in preds] == [answer_of(k) for k in (1, 2, 3)]  # in the order of the inputs
+    assert_every_role_ran(ctx)
+
+
+def run_batch(ctx: Ctx) -> None:
+    preds = ctx.build().batch([example(k) for k in (1, 2, 3)], num_threads=2, max_errors=0)
+    assert [answer(p) for p in preds] == [answer_of(k) for k in (1, 2, 3)]
+    assert_every_role_ran(ctx)
+
+
+def run_acall(ctx: Ctx) -> None:
+    program = ctx.build()
+    assert answer(asyncio.run(program.acall(question=question(1)))) == answer_of(1)
+    assert_every_role_ran(ctx)
+
+
+def run_asyncify(ctx: Ctx) -> None:
+    program = dspy.asyncify(ctx.build())
+    assert answer(asyncio.run(program(question=question(1)))) == answer_of(1)
+    assert_every_role_ran(ctx)
+
+
+def run_streamify(ctx: Ctx) -> None:
+    program = ctx.build()
+    final = dict(program.named_predictors())[ctx.spec.final]
+    listener = dspy.streaming.StreamListener(
+        signature_field_name="answer", predict=final, predict_name=ctx.spec.final, allow_reuse=True
+    )
+    streamed = dspy.streamify(program, stream_listeners=[listener])
+
+    async def run() -> list[Any]:
+        return [value async for value in streamed(question=question(1))]
+
+    out = asyncio.run(run())
+    chunks = [v for v in out if isinstance(v, dspy.streaming.StreamResponse)]
+    assert chunks, "no chunk of the final answer was streamed"
+    assert {(c.predict_name, c.signature_field_name) for c in chunks} == {(ctx.spec.final, "answer")}
+    assert isinstance(out[-1], dspy.Prediction) and answer(out[-1]) == answer_of(1)
+    final_role = ctx.spec.predictors[ctx.spec.final]
+    assert any(c.body.get("stream") is True for c in ctx.calls() if c.role == final_role), "the answer was not streamed"
+    assert_every_role_ran(ctx)
+
+
+# --------------------------------------------------------------------------------------------- wrappers
+
+
+def _attempts(ctx: Ctx, wrapper: type[dspy.Module]) -> tuple[list[float], str]:
+    rewards: list[float] = []
+
+    def reward(args: dict[str, Any], pred: dspy.Prediction) -> float:
+        rewards.append(answer(pred))
+        return 0.0  # below the threshold: every attempt runs
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # BestOfN and Refine print a failed attempt and go on
+        pred = wrapper(ctx.build(), N=2, reward_fn=reward, threshold=1.0)(question=question(1))
+    assert rewards == [answer_of(1)] * 2, f"attempts {rewards}; printed: {printed.getvalue()}"
+    assert answer(pred) == answer_of(1)
+    return rewards, printed.getvalue()
+
+
+def _varied(ctx: Ctx, calls: list[Call]) -> None:
+    """Every role's call ran at DSPy's attempt temperature (1.0), but a sampler's own."""
+    allowed = {1.0} | set(ctx.spec.own_temperatures)
+    for c in calls:
+        if c.role:
+            assert c.body.get("temperature") in allowed, (c.index, c.role, c.body.get("temperature"))
+
+
+def run_best_of_n(ctx: Ctx) -> None:
+    _attempts(ctx, dspy.BestOfN)
+    _varied(ctx, ctx.calls())
+    assert_every_role_ran(ctx)
+
+
+def run_refine(ctx: Ctx) -> None:
+    ctx.tools.add(CONFIGURED)  # Refine asks the configured LM for its advice
+    _attempts(ctx, dspy.Refine)
+    calls = ctx.calls()
+    advice = [c for c in calls if c.role is None and "module_names" in c.text]
+    assert len(advice) == 1 and advice[0].model == CONFIGURED, [c.model for c in advice]
+    _varied(ctx, calls)
+    second = [c for c in calls if c.index > advice[0].index]
+    for role in ctx.spec.answering:
+        mine = [c for c in second if c.role == role]
+        assert mine, f"no {role} call in the second attempt"
+        for c in mine:
+            assert HINT_FIELD in c.text and any(f"hint for {p}" in c.text for p in c.predictors), (
+                f"Refine's hint did not reach the {role} call {c.index} ({'/'.join(c.predictors)})"
+            )
+    assert_every_role_ran(ctx, advice[0].index)
+
+
+# --------------------------------------------------------------------------------------------- introspection
+
+
+class _Recorder(BaseCallback):
+    def __init__(self) -> None:
+        self.modules: dict[str, Any] = {}
+        self.ends: list[tuple[Any, Any]] = []
+        self.lm_models: list[str] = []
+
+    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        self.modules[call_id] = instance
+
+    def on_module_end(self, call_id: str, outputs: Any | None, exception: Exception | None = None) -> None:
+        self.ends.append((self.modules.get(call_id), outputs))
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        self.lm_models.append(str(getattr(instance, "model", "")).removeprefix("openai/"))
+
+
+def run_callbacks(ctx: Ctx) -> None:
+    program = ctx.build()
+    recorder = _Recorder()
+    with dspy.context(callbacks=[recorder]):
+        pred = program(question=question(1))
+    calls = ctx.calls()
+    assert Counter(recorder.lm_models) == Counter(c.model for c in calls), (
+        "callbacks saw other LM calls than the server"
+    )
+    names = {id(p): n for n, p in program.named_predictors()}
+    reported = {ctx.spec.predictors[names[id(m)]] for m, _ in recorder.ends if id(m) in names}
+    assert {c.role for c in calls if c.role} <= reported, f"roles called but not reported as Predict calls: {reported}"
+    final = dict(program.named_predictors())[ctx.spec.final]
+    ends = [out for m, out in recorder.ends if m is final and out is not None]
+    assert ends and answer(ends[-1]) == answer(pred) == answer_of(1), "the final answer is not a reported Predict call"
+
+
+def run_track_usage(ctx: Ctx) -> None:
+    program = ctx.build()
+    with dspy.track_usage() as tracker, track_usage() as usage:
+        program(question=question(1))
+    calls = ctx.calls()
+    served: dict[str, Counter[str]] = {}
+    for c, response in zip(calls, ctx.server.responses, strict=True):  # one call at a time: in order
+        served.setdefault(c.model, Counter()).update(
+            {k: response["usage"][k] for k in ("prompt_tokens", "completion_tokens")}
+        )
+    totals = {m.removeprefix("openai/"): t for m, t in tracker.get_total_tokens().items()}
+    assert {m: (t["prompt_tokens"], t["completion_tokens"]) for m, t in totals.items()} == {
+        m: (s["prompt_tokens"], s["completion_tokens"]) for m, s in served.items()
+    }
+    recorded = Counter((r.role, r.model.removeprefix("openai/")) for r in usage.calls)
+    served_roles = Counter((c.role if ctx.spec.records_roles else DEFAULT_ROLE, c.model) for c in calls)
+    assert recorded == served_roles, (
+        f"dspy_for.track_usage recorded {dict(recorded)}; the server saw {dict(served_roles)}"
+    )
+
+
+def run_inspect_history(ctx: Ctx) -> None:
+    program = ctx.build()
+    program(question=question(1))
+    calls = ctx.calls()
+    entries = base_lm.GLOBAL_HISTORY[-len(calls) :]
+    assert [str(e["model"]).removeprefix("openai/") for e in entries] == [c.model for c in calls]
+    printed = io.StringIO()
+    dspy.inspect_history(n=len(calls), file=printed)
+    assert ctx.server.responses[-1]["text"].splitlines()[0] in printed.getvalue()
+
+
+def _with_demos(program: dspy.Module) -> dict[str, list[dict[str, Any]]]:
+    """One demo on every predictor, its first input field naming the predictor (visible in its calls)."""
+    for name, predictor in program.named_predictors():
+        fields = {f: f"value of {f}" for f in [*predictor.signature.input_fields, *predictor.signature.output_fields]}
+        first = next(iter(predictor.signature.input_fields))
+        fields[first] = f"DEMO for {name}"
+        predictor.demos = [dspy.Example(**fields)]
+    return demos_of(program)
+
+
+def demos_of(program: dspy.Module) -> dict[str, list[dict[str, Any]]]:
+    return {n: [dict(d) for d in p.demos] for n, p in program.named_predictors()}
+
+
+def _demos_reach_calls(ctx: Ctx, start: int) -> None:
+    """Every role call after ``start`` shows its predictor's demo."""
+    for c in ctx.calls(start):
+        if c.role:
+            assert any(f"DEMO for {p}" in c.text for p in c.predictors), f"call {c.index} ({c.predictors}) has no demo"
+
+
+def run_deepcopy(ctx: Ctx) -> None:
+    program = ctx.build()
+    before = {n: p.lm for n, p in program.named_predictors()}
+    saved = _with_demos(program)
+    copy = program.deepcopy()
+    assert not {id(p) for p in copy.predictors()} & {id(p) for p in program.predictors()}
+    assert demos_of(copy) == saved
+    assert answer(copy(question=question(1))) == answer_of(1)
+    assert {n: p.lm for n, p in program.named_predictors()} == before, "the original's LMs changed"
+    _demos_reach_calls(ctx, 0)
+    assert_every_role_ran(ctx)
+
+
+def run_reset_copy(ctx: Ctx) -> None:
+    program = ctx.build()
+    saved = _with_demos(program)
+    copy = program.reset_copy()
+    assert all(not p.demos for p in copy.predictors()), "reset_copy kept demos"
+    assert demos_of(program) == saved, "reset_copy changed the original"
+    assert answer(copy(question=question(1))) == answer_of(1)
+    assert_every_role_ran(ctx)
+
+
+# --------------------------------------------------------------------------------------------- save / load
+
+
+def _saved(ctx: Ctx, form: str) -> tuple[Path, dict[str, list[dict[str, Any]]]]:
+    program = ctx.build()
+    demos = _with_demos(program)
+    path = ctx.tmp_path / {"json": "program.json", "pkl": "program.pkl", "program": "program"}[form]
+    program.save(str(path), save_program=form == "program")
+    return path, demos
+
+
+def _loaded(ctx: Ctx, form: str, *, supply: bool) -> None:
+    """Save with demos on every predictor, load (state into a fresh module — built with the same role LMs when
+    ``supply``, with none when they are spec strings — or the whole program), then run the loaded program."""
+    path, demos = _saved(ctx, form)
+    if form == "program":
+        loaded = dspy.load(str(path), allow_pickle=True)
+    else:
+        loaded = ctx.build(with_lms=supply)
+        loaded.load(str(path), allow_pickle=True) if form == "pkl" else loaded.load(str(path))
+    assert demos_of(loaded) == demos, "the demos were not restored"
+    ctx.checkpoint = len(ctx.server.requests)
+    assert answer(loaded(question=question(1))) == answer_of(1)
+    _demos_reach_calls(ctx, 0)
+    assert_every_role_ran(ctx)
+
+
+def save_load(form: str) -> Callable[[Ctx], None]:
+    def run(ctx: Ctx) -> None:
+        _loaded(ctx, form, supply=not ctx.layout.spec)
+
+    return run
+
+
+def run_load_without_lms(ctx: Ctx) -> None:
+    """State saved from a module whose role LMs are objects, loaded into one built without them: each role the file
+    names an LM for must be supplied again (a refusal naming it), never silently run on another LM."""
+    _loaded(ctx, "json", supply=False)
+
+
+# --------------------------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    name: str
+    title: str  # how the docs name it
+    promise: str  # what the cell asserts besides routing
+    run: Callable[[Ctx], None]
+
+
+ENTRY_POINTS: dict[str, EntryPoint] = {
+    e.name: e
+    for e in (
+        EntryPoint("call", "`program(...)`", "the right answer; every role ran", run_call),
+        EntryPoint("evaluate", "`dspy.Evaluate(num_threads=2)`", "3 items scored in threads: 100%", run_evaluate),
+        EntryPoint(
+            "best_of_n",
+            "`dspy.BestOfN(N=2)`",
+            "both attempts answer; every role's call at the attempt's temperature 1.0 (a sampler keeps its own)",
+            run_best_of_n,
+        ),
+        EntryPoint(
+            "refine",
+            "`dspy.Refine(N=2)`",
+            "both attempts answer; the advice call names the configured LM; its hint reaches every role that "
+            "answers the task",
+            run_refine,
+        ),
+        EntryPoint("parallel", "`dspy.Parallel(num_threads=2)`", "3 items answered, in order", run_parallel),
+        EntryPoint("batch", "`program.batch(num_threads=2)`", "3 items answered, in order", run_batch),
+        EntryPoint("acall", "`await program.acall(...)`", "the right answer", run_acall),
+        EntryPoint("asyncify", "`dspy.asyncify(program)`", "the right answer", run_asyncify),
+        EntryPoint(
+            "streamify",
+            "`dspy.streamify` with a `StreamListener` on the final answer",
+            "the final answer's call streamed from the server; its chunks reach the listener, then the prediction",
+            run_streamify,
+        ),
+        EntryPoint(
+            "callbacks",
+            "callbacks (`dspy.context(callbacks=...)`)",
+            "every LM call reported with its model; every role reported as a `Predict` call, the final answer too",
+            run_callbacks,
+        ),
+        EntryPoint(
+            "track_usage",
+            "`dspy.track_usage()` and `dspy_for.track_usage()`",
+            "tokens per model as the server served them; calls attributed to the right role and model",
+            run_track_usage,
+        ),
+        EntryPoint(
+            "inspect_history",
+            "`dspy.inspect_history()`",
+            "the history holds every call with its model, in order",
+            run_inspect_history,
+        ),
+        EntryPoint(
+            "deepcopy",
+            "`program.deepcopy()`",
+            "new predictors with the same demos; the original untouched",
+            run_deepcopy,
+        ),
+        EntryPoint(
+            "reset_copy", "`program.reset_copy()`", "demos cleared on the copy, kept on the original", run_reset_copy
+        ),
+        EntryPoint(
+            "save_json",
+            '`save("x.json")` → `load`',
+            "demos restored and shown in every call (spec-string roles resolved again from the file)",
+            save_load("json"),
+        ),
+        EntryPoint(
+            "save_pkl",
+            '`save("x.pkl")` → `load(allow_pickle=True)`',
+            "demos restored and shown in every call (spec-string roles resolved again from the file)",
+            save_load("pkl"),
+        ),
+        EntryPoint(
+            "save_program",
+            "`save(dir, save_program=True)` → `dspy.load`",
+            "demos restored and shown in every call",
+            save_load("program"),
+        ),
+        EntryPoint(
+            "load_without_lms",
+            '`save("x.json")` → `load` into a module built without its role LMs',
+            "a role whose LM was an object must be supplied again",
+            run_load_without_lms,
+        ),
+    )
+}
