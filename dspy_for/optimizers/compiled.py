@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import Usage, role, track_usage
 from dspy_for.optimizers.compilers import COMPILERS, RoleLM, check_compile_options, get_compiler
+from dspy_for.optimizers.routing import predictor_lms, route_as
 
 __all__ = [
     "COMPILERS",
@@ -93,26 +94,6 @@ def compile_program(
         seconds=seconds,
         tokens_by_lm=_tokens_by_lm(usage),
     )
-
-
-def predictor_lms(program: dspy.Module) -> dict[str, Any]:
-    """How ``program`` routes its roles: each named predictor's LM (None: the configured one). A program without
-    predictors has nothing to compile: a :class:`ConfigError`."""
-    named = program.named_predictors()
-    if not named:
-        raise ConfigError(
-            f"`{type(program).__name__}` has no predictors, so there is nothing to compile: a compiler tunes the "
-            "instructions and demos of a program's `dspy.Predict` modules. Compile a program that has some."
-        )
-    return {name: predictor.lm for name, predictor in named}
-
-
-def route_as(program: dspy.Module, lms: Mapping[str, Any]) -> dspy.Module:
-    """``program`` with each named predictor's LM set to ``lms[name]`` (:func:`predictor_lms` of its student)."""
-    for name, predictor in program.named_predictors():
-        if name in lms:
-            predictor.lm = lms[name]
-    return program
 
 
 def load_compiled(program: dspy.Module, path: str | Path) -> dspy.Module:

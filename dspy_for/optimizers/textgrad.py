@@ -28,6 +28,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import role, track_usage
 from dspy_for.optimizers.prompts import Gradient, Step
+from dspy_for.optimizers.routing import predictor_lms, route_as
 
 __all__ = ["TextGrad"]
 
@@ -37,7 +38,8 @@ _FIELD_MARKER = re.compile(r"\[\[ ## \w+ ## \]\]")  # DSPy's field delimiters, s
 
 
 class TextGrad(Teleprompter):
-    """Textual-gradient descent on predictor instructions; ``compile`` returns an optimized copy.
+    """Textual-gradient descent on predictor instructions; ``compile`` returns an optimized copy, each of whose
+    predictors calls the LM object its namesake in the student calls.
 
     The compiled program carries ``textgrad_history`` (one row per step: step, epoch, instruction per
     variable, train batch score, validation score, reverted, errors) and ``compile_usage`` (per role).
@@ -166,7 +168,7 @@ class TextGrad(Teleprompter):
     ) -> dspy.Module:
         if not trainset:
             raise ConfigError("`trainset` is empty: TextGrad needs training examples for its minibatches.")
-        program = student.deepcopy()
+        program = route_as(student.deepcopy(), predictor_lms(student))  # every role on the student's own LM
         variables = self._variables(program)
         val = list(valset or trainset)
         rng = random.Random(self.seed)

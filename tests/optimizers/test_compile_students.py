@@ -24,7 +24,7 @@ from compile_helpers import (
 )
 
 from dspy_for.errors import ConfigError
-from dspy_for.optimizers import check_compile_options, compile_program, load_compiled, predictor_lms
+from dspy_for.optimizers import TextGrad, check_compile_options, compile_program, load_compiled, predictor_lms
 from dspy_for.testing import ScriptedLM
 
 TRAIN = [example(k) for k in range(1, 5)]
@@ -96,6 +96,17 @@ def test_textgrad_tunes_every_predictor_by_default_and_only_the_named_ones_with_
     }
     one = compile_program("textgrad", s, steps_per_epoch=1, validation_revert=False, predictors=["debater"], **common)
     assert {n for n, (text, _) in prompts_of(one.program).items() if "(rewritten)" in text} == {"debater"}
+
+
+def test_textgrad_alone_runs_and_returns_every_role_on_the_students_own_lm():
+    s, lms = student("for", scripted)
+    compiled = TextGrad(metric, optimizer_lm=scripted("compiler"), epochs=1, steps_per_epoch=1, batch_size=2).compile(
+        s, trainset=TRAIN, valset=VAL
+    )
+    assert all(
+        lm is lms[r] for r, lm in [("defender", lms_of(compiled)["revise"]), ("debater", lms_of(compiled)["debater"])]
+    )
+    assert all(lm.calls for lm in lms.values())  # the validation ran on the role LMs themselves, not on copies
 
 
 def test_bootstrap_gives_every_predictor_that_ran_its_demos_as_dspy_does():
