@@ -53,9 +53,15 @@ def _request(task: dspy.Predict, prompt: str, inputs: dict[str, Any]) -> _Reques
     signature = task.signature.with_instructions(prompt)
     hint = refine_hint(task.signature)
     if hint is None:
-        return _Request(dspy.settings.adapter or dspy.ChatAdapter(), signature, dict(inputs))
+        return _Request(_adapter(task), signature, dict(inputs))
     hinted, hinted_inputs = hint.apply(signature, inputs)
     return _Request(hint.adapter, hinted, hinted_inputs)
+
+
+def _adapter(task: dspy.Predict) -> Any:
+    """The adapter a call of the task predictor formats and parses with (on a Refine retry: the one Refine wraps)."""
+    hint = refine_hint(task.signature)
+    return hint.adapter if hint is not None else dspy.settings.adapter or dspy.ChatAdapter()
 
 
 def capped_step(task: dspy.Predict, prompt: str, inputs: dict[str, Any], max_tokens: int | None) -> TaskOutput:
@@ -104,9 +110,8 @@ async def answer(
 
 def parses(task: dspy.Predict, step: TaskOutput) -> bool:
     """Whether the adapter in force reads the task's outputs from a step's text."""
-    adapter = _request(task, task.signature.instructions, {}).adapter
     try:
-        adapter.parse(step["messages_signature"], step["text"])
+        _adapter(task).parse(step["messages_signature"], step["text"])
     except (AdapterParseError, ValueError):
         return False
     return True

@@ -93,8 +93,10 @@ def expected_models(lms: dict[str, dspy.LM], roles: tuple[str, ...]) -> dict[str
 
 
 def assert_routed(server: RoleServer, server_roles: dict[str, str], want: dict[str, str]) -> None:
-    """Every request named its role's model (dspy.Refine's own advice call: the configured LM), and every role ran."""
-    seen = server.models_by_role()
+    """Every request named its role's model (dspy.Refine's own advice call: the configured LM), and every role ran;
+    an optimizer's own calls (model ``optimizer-own``) aside."""
+    seen = {role: models - {"optimizer-own"} for role, models in server.models_by_role().items()}
+    seen = {role: models for role, models in seen.items() if models}
     assert seen.pop("advice", {"cfg"}) == {"cfg"}
     routed = {role: {want[server_roles[role]]} for role in seen}
     assert seen == routed, f"requests by role: {seen}"
@@ -175,11 +177,12 @@ def test_simbas_resampling_models_route_every_role() -> None:
         assert m.task.lm.kwargs.get("rollout_id") is None  # the student's own LMs are not changed
 
 
-def compilers() -> dict[str, Callable[[PerRoleLMs], PerRoleLMs]]:
-    def metric(example: Any, pred: Any, trace: Any = None) -> bool:
-        return bool(pred.answer == example.answer)
+def compilers(server: RoleServer) -> dict[str, Callable[[PerRoleLMs], PerRoleLMs]]:
+    def metric(example: Any, pred: Any, *rest: Any) -> float:  # GEPA passes trace, pred_name, pred_trace
+        return float(pred.answer == example.answer)
 
     train = TRAIN * 2
+    four = [dspy.Example(question=f"{Q} ({i})", answer=36.0).with_inputs("question") for i in range(4)]
     return {
         "bootstrap": lambda s: dspy.BootstrapFewShot(
             metric=metric, max_bootstrapped_demos=1, max_labeled_demos=0
@@ -198,10 +201,27 @@ def compilers() -> dict[str, Callable[[PerRoleLMs], PerRoleLMs]]:
             metric=metric,
             max_bootstrapped_demos=1,
         ).compile(s),
+        "mipro": lambda s: dspy.MIPROv2(
+            metric=metric,
+            auto=None,
+            num_candidates=2,
+            num_threads=1,
+            max_bootstrapped_demos=1,
+            max_labeled_demos=1,
+            prompt_model=server.lm("optimizer-own"),
+        ).compile(s, trainset=four, num_trials=2, minibatch=False),
+        "gepa": lambda s: dspy.GEPA(
+            metric=metric, max_metric_calls=8, reflection_lm=server.lm("optimizer-own")
+        ).compile(s, trainset=four[:2], valset=four[2:]),
+        "simba": lambda s: dspy.SIMBA(metric=metric, bsize=2, num_candidates=2, max_steps=1, num_threads=1).compile(
+            s, trainset=four
+        ),
     }
 
 
-@pytest.mark.parametrize("kind", list(compilers()))
+@pytest.mark.parametrize(
+    "kind", ["bootstrap", "bootstrap_labeled", "labeled", "random_search", "knn", "mipro", "gepa", "simba"]
+)
 @pytest.mark.parametrize(("module", "layout_name"), [("for", "one"), ("prorefine", "several"), ("cascade", "same")])
 def test_compiled_programs_route_every_role_as_the_student_did(module: str, layout_name: str, kind: str) -> None:
     build, roles, server_roles, _ = MODULES[module]
@@ -209,7 +229,7 @@ def test_compiled_programs_route_every_role_as_the_student_did(module: str, layo
         dspy.configure(lm=server.lm("cfg"))
         lms = layout(server, roles, layout_name)
         student = build(**lms)
-        compiled = compilers()[kind](student)
+        compiled = compilers(server)[kind](student)
         want = expected_models(lms, roles)
         if kind in ("labeled", "knn"):
             assert server.requests == []  # labels' demos; KNNFewShot bootstraps at each call
@@ -242,3 +262,35 @@ def test_bootstrap_few_shot_gives_prorefines_task_its_demos_and_the_capped_steps
         task_calls = [c for c in server.calls() if c["role"] == "answer"]
         assert [c["max_tokens"] for c in task_calls[:2]] == [5, 10]  # the capped steps, then the final answer
         assert all(Q in str(c["messages"][1:-1]) for c in task_calls)  # the demo: a user/assistant pair before it
+
+
+class _Pipeline(PerRoleLMs):
+    """A user's program: FOR as one stage, then a plain predictor of its own."""
+
+    def __init__(self, debater_lm: Any) -> None:
+        super().__init__()
+        self.solve = FORPrompting(SIG, rounds=1, debater_lm=debater_lm)
+        self.check = dspy.Predict("question, answer -> verdict: bool")
+
+    def forward(self, question: str) -> dspy.Prediction:
+        answer = self.solve(question=question).answer
+        return self.check(question=question, answer=str(answer))
+
+
+def test_a_users_program_derived_from_per_role_lms_keeps_the_roles_of_the_modules_it_contains() -> None:
+    with RoleServer() as server:
+        calls = LMCalls()
+        dspy.configure(lm=server.lm("cfg"), callbacks=[calls])
+        program = _Pipeline(server.lm("deb"))
+        dspy.BestOfN(program, N=2, reward_fn=lambda args, pred: 0.0, threshold=1.0)(question=Q)
+        assert server.models_by_role() == {
+            "answer": {"cfg"},  # FOR's Defender, and the program's own `check` (its output: `verdict`)
+            "debater": {"deb"},
+            "revise": {"cfg"},
+            "host": {"cfg"},
+        }
+        assert calls.variations() == {"cfg": {(0, 1.0), (1, 1.0)}, "deb": {(0, 1.0), (1, 1.0)}}
+        plain = dspy.Module()  # the same program on dspy.Module: DSPy's own get_lm refuses it
+        plain.solve, plain.check = program.solve, program.check
+        with pytest.raises(ValueError, match="Multiple LMs"):
+            plain.get_lm()
