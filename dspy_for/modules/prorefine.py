@@ -109,7 +109,8 @@ class ProRefine(PerRoleLMs):
     """Inference-time prompt refinement with task, feedback, optimizer and verifier roles.
 
     Args:
-        signature: any DSPy signature; its instruction is the initial prompt p.
+        signature: any DSPy signature; its instruction is the initial prompt p (kept by the ``task`` predictor,
+            so an instruction optimizer such as MIPROv2, GEPA or TextGrad tunes p).
         k: tokens added per step (step i generates at most i·k tokens).
         n: maximum number of steps.
         verifier: ``"none"`` (always refine), ``"llm"`` (refine only if the verifier LM judges the initial
@@ -194,7 +195,7 @@ class ProRefine(PerRoleLMs):
                 "`verifier='oracle'` uses the gold label: pass `gold=<dspy.Example>` (comparisons do this for "
                 "label-using methods), or use `verifier='llm'` / `'none'`."
             )
-        prompt = self.signature.instructions  # p* = p
+        prompt = self.task.signature.instructions  # p* = p: the task predictor's (an optimizer may have tuned it)
         steps: list[T.ProRefineStep] = []
         with track_usage() as usage:
             final = await self._verified_answer(calls, prompt, inputs, gold)  # optional: keep an answer judged right

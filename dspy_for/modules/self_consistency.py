@@ -218,7 +218,8 @@ class SelfConsistency(PerRoleLMs):
             raise ConfigError(f"`prompt` must be 'cot' (ChainOfThought) or 'defender' (FOR Defender), got {prompt!r}.")
         self.signature = ensure_signature(signature)
         self.k, self.temperature = k, temperature
-        self.stop, self.batch, self.threshold, self.prompt = stop, batch, threshold, prompt
+        # `batch` is kept as `batch_size`: `self.batch` would hide DSPy's `Module.batch(examples)`
+        self.stop, self.batch_size, self.threshold, self.prompt = stop, batch, threshold, prompt
         if prompt == "cot":
             self.cot = dspy.ChainOfThought(self.signature)
         else:
@@ -256,7 +257,7 @@ class SelfConsistency(PerRoleLMs):
         samples are drawn; the reason (``"cap"`` or the rule's). The rule is checked only while samples
         remain, so a run that reached the cap says ``"cap"``."""
         while votes.drawn < cap:
-            for _ in range(min(self.batch, cap - votes.drawn)):
+            for _ in range(min(self.batch_size, cap - votes.drawn)):
                 votes.add(await self._sample(calls, inputs, votes.drawn))
             if votes.drawn < cap and self._rule_fires(stop, votes, cap):
                 return _REASONS[stop]
@@ -275,7 +276,7 @@ class SelfConsistency(PerRoleLMs):
         if stop == "beta":
             return votes.confidence() >= self.threshold
         if stop == "window":
-            return votes.window_unanimous(self.batch)
+            return votes.window_unanimous(self.batch_size)
         return False
 
     async def _sample(self, calls: T.Calls, inputs: dict[str, Any], i: int) -> dspy.Prediction | AdapterParseError:

@@ -294,3 +294,14 @@ def test_a_users_program_derived_from_per_role_lms_keeps_the_roles_of_the_module
         plain.solve, plain.check = program.solve, program.check
         with pytest.raises(ValueError, match="Multiple LMs"):
             plain.get_lm()
+
+
+def test_prorefines_initial_prompt_is_the_task_predictors_instruction_so_instruction_optimizers_tune_it() -> None:
+    with RoleServer(task_words=30) as server:
+        dspy.configure(lm=server.lm("cfg"))
+        program = ProRefine(SIG, k=5, n=1)
+        program.task.signature = program.task.signature.with_instructions("Tuned: count every box (tuned).")
+        pred = program(question=Q)
+        first_step = next(c for c in server.calls() if c["role"] == "answer")
+    assert "Tuned: count every box (tuned)." in str(first_step["messages"][0]) and first_step["max_tokens"] == 5
+    assert pred.trajectory[0]["prompt"] == "Tuned: count every box (tuned)."

@@ -281,3 +281,12 @@ def test_inside_best_of_n_each_attempt_draws_new_samples_even_from_the_cache(tmp
     with dspy.context(lm=lm):
         pred = best(question=Q)
     assert pred.answer == 36.0 and len(lm.calls) == 4
+
+
+def test_dspys_batch_runs_a_program_over_examples():
+    """`batch` (samples between stop checks) does not hide DSPy's `Module.batch(examples)`."""
+    lm = ScriptedLM(lambda messages, max_tokens: {"reasoning": "3 * 12", "answer": "36"})
+    program = SelfConsistency("question -> answer: float", k=2, stop="window", batch=2)
+    with dspy.context(lm=lm):
+        preds = program.batch([dspy.Example(question=Q).with_inputs("question")] * 2, num_threads=1)
+    assert [p.answer for p in preds] == [36.0, 36.0] and program.batch_size == 2
