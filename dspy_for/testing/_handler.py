@@ -229,11 +229,14 @@ class Handler(BaseHTTPRequestHandler):
             if isinstance(m, dict)
         ]
         budget = _budget(body.get("max_tokens")) or _budget(body.get("max_completion_tokens"))
+        owner._answering.request = body
         try:
             out = owner.responder(messages, budget)
         except Exception as exc:  # a broken responder is a 500, visible in the test
             self._send_json(500, openai_error(f"responder failed: {exc!r}", "server_error"))
             return
+        finally:
+            owner._answering.request = None
         text = format_fields(out) if isinstance(out, dict) else str(out)
         words = text.split(" ")
         # a reasoning model thinks first: its reasoning tokens come out of the same completion budget

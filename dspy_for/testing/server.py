@@ -1,6 +1,7 @@
 """An OpenAI-compatible chat server that behaves like a remote endpoint, for tests and benchmarks (127.0.0.1 only).
 
-``POST /v1/chat/completions`` answers with ``responder(messages, max_tokens)`` — like
+``POST /v1/chat/completions`` answers with ``responder(messages, max_tokens)`` (which may read the
+whole request: :meth:`OpenAICompatibleServer.current_request`) — like
 :class:`dspy_for.testing.ScriptedLM`'s responder: a dict of output field values (formatted in DSPy's
 ChatAdapter ``[[ ## field ## ]]`` format) or raw text. Answers honour ``max_tokens`` (or
 ``max_completion_tokens``, which DSPy and litellm's ``openai/`` route send) by truncating to that many
@@ -125,6 +126,7 @@ class OpenAICompatibleServer:
         self._first_request: float | None = None
         self._last_response: float | None = None
         self._lock = threading.Lock()
+        self._answering = threading.local()  # the request each handler thread is answering
         self._stopping = threading.Event()
         self._httpd = HTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.owner = self
@@ -170,6 +172,12 @@ class OpenAICompatibleServer:
             self.rate_limited = 0
             self.max_concurrency_seen = self._in_flight
             self._first_request = self._last_response = None
+
+    def current_request(self) -> dict[str, Any] | None:
+        """Inside a responder: the body of the request it is answering (its ``model``, ``temperature``, ...); else
+        None."""
+        request: dict[str, Any] | None = getattr(self._answering, "request", None)
+        return request
 
     def is_reasoning_model(self, model: str) -> bool:
         """Whether ``model`` (a request's ``model`` field) is served like an OpenAI reasoning model."""

@@ -16,7 +16,6 @@ The entry points are in :mod:`matrix_entries` and :mod:`matrix_compilers`; the c
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import re
@@ -78,17 +77,20 @@ class ModuleSpec:
     final: str
     #: predictors that run on every item with the matrix's responder (bootstrapped demos must reach them)
     always_called: tuple[str, ...]
-    #: temperatures the module sets on its own calls (a sampler's), kept under ``dspy.BestOfN`` / ``dspy.Refine``
-    own_temperatures: frozenset[float] = frozenset()
     options: Mapping[str, Any] = field(default_factory=dict)
     #: the one role of the ``one`` layout and the two of ``several``
     one: str = ""
     several: tuple[str, ...] = ()
-    #: answers of this predictor alternate between right and wrong per identical prompt (a cascade's samples
-    #: must disagree for its debate to run)
+    #: this predictor's samples disagree (a cascade's debate runs only then)
     disagreeing: str | None = None
     #: its calls are recorded under their role's name by ``dspy_for.track_usage`` (else under the default role)
     records_roles: bool = True
+
+    @property
+    def own_temperatures(self) -> frozenset[float]:
+        """The temperature the module sets on its own calls (a sampler's), kept under ``dspy.BestOfN`` and
+        ``dspy.Refine``."""
+        return frozenset({self.options["temperature"]}) if "temperature" in self.options else frozenset()
 
     def build(self, lms: Mapping[str, Any]) -> dspy.Module:
         """The module with ``lms`` (role -> LM object or spec string) given as a user gives them."""
@@ -157,8 +159,7 @@ MODULES: dict[str, ModuleSpec] = {
             answering=("defender", "host"),
             final="debate.host",
             always_called=("samples.defender", "debate.defender", "debate.revise", "debate.debater", "debate.host"),
-            own_temperatures=frozenset({0.7}),
-            options={"first_samples": 2, "max_samples": 2, "rounds": 1},
+            options={"first_samples": 2, "max_samples": 2, "rounds": 1, "temperature": 0.7},
             one="debater",
             several=("defender", "host"),
             disagreeing="samples.defender",
@@ -174,8 +175,7 @@ MODULES: dict[str, ModuleSpec] = {
             answering=("task",),
             final="defender",
             always_called=("defender",),
-            own_temperatures=frozenset({0.7}),
-            options={"k": 2},
+            options={"k": 2, "temperature": 0.7},
             one="task",
             records_roles=False,
         ),
@@ -196,8 +196,9 @@ class Layout:
     shared: bool = False
     spec: bool = False
 
-    def expected(self, role: str) -> str:
-        return self.models.get(role, CONFIGURED)
+    def expected(self, role: str, configured: str = CONFIGURED) -> str:
+        """The model ``role``'s calls name: its own LM's, else the one in force (``configured``)."""
+        return self.models.get(role, configured)
 
 
 #: the layouts' names, in the docs' column order, with what each means
@@ -313,18 +314,22 @@ class MatrixResponder:
     """Answers every role's signature the way a cooperative model would, by the output fields asked for:
     numbers get item k's answer (36 + k, read from the question), booleans ``False`` (feedback and verifier find
     fault, so refinement runs), question lists one new question without values, ``advice`` one hint per module
-    named, instructions :data:`TUNED_INSTRUCTION`; a request that is not a DSPy adapter's gets a fenced instruction
-    (GEPA's reflection prompt).
+    named, instructions :data:`TUNED_INSTRUCTION`; a JSONAdapter's request gets JSON, and a request that is no DSPy
+    adapter's a fenced instruction.
 
     ``tuned``: a numeric answer is right only when its own instructions carry :data:`MARKER`. ``disagreeing``: the
-    predictor fields whose answers alternate right / wrong per identical prompt.
+    fields of a sampler whose samples (its calls at one of ``sample_temperatures``, read from the request the server
+    is answering) answer right and wrong in turn for each prompt, so two samples disagree (a cascade's debate then
+    runs; runs that sample the same prompt at once would interleave, so the matrix runs none).
     """
 
     def __init__(self) -> None:
         self.tuned = False
         self.disagreeing: tuple[frozenset[str], frozenset[str]] | None = None
+        self.sample_temperatures: frozenset[float] = frozenset()
+        self.request: Callable[[], dict[str, Any] | None] = lambda: None
         self._asked = itertools.count(1)
-        self._seen: dict[str, int] = {}
+        self._sampled: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def __call__(self, messages: list[dict[str, Any]], max_tokens: int | None) -> dict[str, Any] | str:
@@ -336,8 +341,8 @@ class MatrixResponder:
         right = answer_of(int(found.group(1))) if found else 36.0
         if self.tuned and MARKER not in _system(messages):
             right -= 1
-        if self.disagreeing == key and self._occurrence(messages) % 2:
-            right += 1
+        if key == self.disagreeing and (self.request() or {}).get("temperature") in self.sample_temperatures:
+            right += self._sample_number(messages) % 2  # samples 0, 2, ... right; 1, 3, ... wrong
         out = {name: self._value(name, type_.lower(), right, messages) for name, type_ in _output_types(messages)}
         if "Outputs will be a JSON object" in _system(messages):  # a JSONAdapter's request (GEPA's reflection)
             return json.dumps(out)
@@ -345,6 +350,12 @@ class MatrixResponder:
             k: v if isinstance(v, str) else json.dumps(v) if isinstance(v, list | dict) else str(v)
             for k, v in out.items()
         }
+
+    def _sample_number(self, messages: list[dict[str, Any]]) -> int:
+        prompt = json.dumps(messages, sort_keys=True)
+        with self._lock:
+            n = self._sampled[prompt] = self._sampled.get(prompt, -1) + 1
+            return n
 
     def _value(self, name: str, type_: str, right: float, messages: list[dict[str, Any]]) -> Any:
         if name == "reasoning":
@@ -365,13 +376,6 @@ class MatrixResponder:
         if name == "answer":  # a Host or Defender whose answer is written out, the number in the text
             return f"He has {right:g} apples."
         return "Check the multiplication of the boxes once more."
-
-    def _occurrence(self, messages: list[dict[str, Any]]) -> int:
-        digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
-        with self._lock:
-            n = self._seen.get(digest, 0)
-            self._seen[digest] = n + 1
-            return n
 
 
 _TYPED_FIELD = re.compile(r"^\s*\d+\.\s+`(?P<name>[^`]+)`\s+\((?P<type>[^)]*)\)", re.MULTILINE)

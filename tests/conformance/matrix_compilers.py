@@ -15,7 +15,7 @@ from typing import Any
 import dspy
 import numpy as np
 from matrix_cells import MARKER, answer_of, example, model_name, question
-from matrix_entries import Ctx, EntryPoint, answer, assert_every_role_ran
+from matrix_entries import Ctx, EntryPoint, LMCalls, answer, assert_every_role_ran, expected_roles
 
 from dspy_for.optimizers import TextGrad
 
@@ -83,6 +83,20 @@ def run_bootstrap_labeled(ctx: Ctx) -> None:
     demos_reach_calls(ctx, compiled, _after(ctx, compiled))
 
 
+def run_bootstrap_teacher(ctx: Ctx) -> None:
+    """The teacher's settings put another LM in force while bootstrapping: a role without an LM of its own runs on
+    it, a role with one keeps its own (as DSPy's predictors with an LM do); the compiled program runs as the student."""
+    teacher = model_name("teacher")
+    start = len(ctx.server.requests)
+    optimizer = dspy.BootstrapFewShot(
+        metric, max_bootstrapped_demos=1, max_labeled_demos=0, max_rounds=1, teacher_settings={"lm": ctx.lm(teacher)}
+    )
+    compiled = optimizer.compile(ctx.build(), trainset=TRAIN)
+    ctx.in_force.append((start, len(ctx.server.requests), teacher))
+    _bootstrapped(ctx, compiled)
+    demos_reach_calls(ctx, compiled, _after(ctx, compiled))
+
+
 def run_labeled(ctx: Ctx) -> None:
     compiled = dspy.LabeledFewShot(k=1).compile(ctx.build(), trainset=TRAIN)
     assert all(len(p.demos) == 1 for p in compiled.predictors())
@@ -112,9 +126,13 @@ def run_knn(ctx: Ctx) -> None:
         k=1, trainset=TRAIN, vectorizer=dspy.Embedder(_embed), max_bootstrapped_demos=1, max_labeled_demos=0
     )
     compiled = optimizer.compile(ctx.build())
+    start = len(ctx.server.requests)
     assert answer(compiled(question=question(AFTER))) == answer_of(AFTER)  # bootstraps on the neighbour, then answers
-    last = [c for c in ctx.calls() if c.role]
-    assert last and any("more apples" in c.text.split(question(AFTER))[0] for c in last[-1:]), "no neighbour's demo"
+    assert_every_role_ran(ctx, start)
+    answering = [c for c in ctx.calls(start) if c.role and question(AFTER) in c.text]
+    assert answering, "no call answered the new item"
+    for c in answering:  # each shows the neighbour's bootstrapped demo before the item
+        assert re.search(r"and [12] more apples", c.text.split(question(AFTER))[0]), f"call {c.index} has no demo"
 
 
 def _tuned(ctx: Ctx, program: dspy.Module) -> None:
@@ -173,10 +191,22 @@ def run_gepa(ctx: Ctx) -> None:
 def run_simba(ctx: Ctx) -> None:
     ctx.tools.add(model_name("simba"))
     optimizer = dspy.SIMBA(
-        metric=metric, bsize=2, num_candidates=2, max_steps=1, max_demos=1, prompt_model=ctx.lm(model_name("simba"))
+        metric=metric,
+        bsize=2,
+        num_candidates=2,
+        max_steps=1,
+        max_demos=1,
+        prompt_model=ctx.lm(model_name("simba")),
+        num_threads=1,  # its candidates run the same items: one at a time, so a cascade's samples disagree
     )
-    compiled = optimizer.compile(ctx.build(), trainset=TRAIN, seed=0)
+    lm_calls = LMCalls(ctx)
+    with dspy.context(callbacks=[lm_calls]):
+        compiled = optimizer.compile(ctx.build(), trainset=TRAIN, seed=0)
     assert compiled.candidate_programs and compiled.trial_logs is not None
+    resampled = {r for r, ids in lm_calls.rollouts().items() if len(ids) > 1}
+    assert expected_roles(ctx.spec) <= resampled, (
+        f"roles SIMBA did not resample: {expected_roles(ctx.spec) - resampled}"
+    )
     _after(ctx, compiled)
 
 
@@ -208,6 +238,13 @@ COMPILERS: dict[str, EntryPoint] = {
             "`BootstrapFewShot` with labeled demos",
             "as above; the teacher is compiled with labeled demos first",
             run_bootstrap_labeled,
+        ),
+        _compiler(
+            "bootstrap_teacher",
+            '`BootstrapFewShot(teacher_settings={"lm": teacher})`',
+            "while bootstrapping, a role without an LM of its own runs on the teacher's, the others on their own "
+            "(as DSPy's predictors with an LM do); demos as above",
+            run_bootstrap_teacher,
         ),
         _compiler("labeled", "`LabeledFewShot(k=1)`", "one labeled demo on every predictor", run_labeled),
         _compiler(

@@ -50,6 +50,8 @@ class Ctx:
     tools: set[str] = field(default_factory=set)
     #: requests before this index were made before the step that may be refused
     checkpoint: int = 0
+    #: (first, end, model): the requests in [first, end) ran with ``model`` in force instead of the configured LM
+    in_force: list[tuple[int, int, str]] = field(default_factory=list)
     lms: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -58,6 +60,8 @@ class Ctx:
     def build(self, *, with_lms: bool = True) -> dspy.Module:
         program = self.spec.build(self.lms if with_lms else {})
         self.responder.disagreeing = disagreeing_key(self.spec, program)
+        self.responder.sample_temperatures = self.spec.own_temperatures
+        self.responder.request = self.server.current_request
         return program
 
     def lm(self, model: str, **kwargs: Any) -> dspy.LM:
@@ -81,7 +85,8 @@ def check_routing(ctx: Ctx) -> list[Call]:
                 f"calls may name {sorted(ctx.tools)}): {c.text[:300]!r}"
             )
         else:
-            want = ctx.layout.expected(c.role)
+            configured = next((m for first, end, m in ctx.in_force if first <= c.index < end), CONFIGURED)
+            want = ctx.layout.expected(c.role, configured)
             assert c.model == want, (
                 f"{ctx.spec.name} [{ctx.layout.name}]: request {c.index}, a {c.role} call ({'/'.join(c.predictors)}), "
                 f"named {c.model!r}; its LM is {want!r}"
@@ -173,32 +178,53 @@ def run_streamify(ctx: Ctx) -> None:
 # --------------------------------------------------------------------------------------------- wrappers
 
 
-def _attempts(ctx: Ctx, wrapper: type[dspy.Module]) -> tuple[list[float], str]:
+class LMCalls(BaseCallback):
+    """Each LM call as the client made it: (role, model, rollout id), the role read from its messages."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.roles = Roles(ctx.spec, ctx.build(with_lms=False))
+        self.calls: list[tuple[str | None, str, Any]] = []
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        body = {"messages": inputs.get("messages") or [], "model": getattr(instance, "model", "")}
+        (call,) = self.roles.read([body])
+        rollout = (inputs.get("kwargs") or {}).get("rollout_id", getattr(instance, "kwargs", {}).get("rollout_id"))
+        self.calls.append((call.role, call.model, rollout))
+
+    def rollouts(self) -> dict[str, set[Any]]:
+        """Each role's rollout ids."""
+        out: dict[str, set[Any]] = {}
+        for role, _, rollout in self.calls:
+            if role:
+                out.setdefault(role, set()).add(rollout)
+        return out
+
+
+def _attempts(ctx: Ctx, wrapper: type[dspy.Module]) -> None:
+    """Two attempts (the reward stays below the threshold), each answering; every role's LM varied per attempt
+    by rollout id (seen by a callback) and at DSPy's attempt temperature, 1.0 (seen by the server; a sampler keeps
+    its own)."""
     rewards: list[float] = []
 
     def reward(args: dict[str, Any], pred: dspy.Prediction) -> float:
         rewards.append(answer(pred))
-        return 0.0  # below the threshold: every attempt runs
+        return 0.0
 
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):  # BestOfN and Refine print a failed attempt and go on
+    printed, lm_calls = io.StringIO(), LMCalls(ctx)
+    with contextlib.redirect_stdout(printed), dspy.context(callbacks=[lm_calls]):  # a failed attempt is printed
         pred = wrapper(ctx.build(), N=2, reward_fn=reward, threshold=1.0)(question=question(1))
     assert rewards == [answer_of(1)] * 2, f"attempts {rewards}; printed: {printed.getvalue()}"
     assert answer(pred) == answer_of(1)
-    return rewards, printed.getvalue()
-
-
-def _varied(ctx: Ctx, calls: list[Call]) -> None:
-    """Every role's call ran at DSPy's attempt temperature (1.0), but a sampler's own."""
+    same = {r: ids for r, ids in lm_calls.rollouts().items() if len(ids) < 2}
+    assert not same, f"roles whose LM kept one rollout id over both attempts: {same}"
     allowed = {1.0} | set(ctx.spec.own_temperatures)
-    for c in calls:
+    for c in ctx.calls():
         if c.role:
             assert c.body.get("temperature") in allowed, (c.index, c.role, c.body.get("temperature"))
 
 
 def run_best_of_n(ctx: Ctx) -> None:
     _attempts(ctx, dspy.BestOfN)
-    _varied(ctx, ctx.calls())
     assert_every_role_ran(ctx)
 
 
@@ -208,7 +234,6 @@ def run_refine(ctx: Ctx) -> None:
     calls = ctx.calls()
     advice = [c for c in calls if c.role is None and "module_names" in c.text]
     assert len(advice) == 1 and advice[0].model == CONFIGURED, [c.model for c in advice]
-    _varied(ctx, calls)
     second = [c for c in calls if c.index > advice[0].index]
     for role in ctx.spec.answering:
         mine = [c for c in second if c.role == role]
@@ -391,14 +416,15 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         EntryPoint(
             "best_of_n",
             "`dspy.BestOfN(N=2)`",
-            "both attempts answer; every role's call at the attempt's temperature 1.0 (a sampler keeps its own)",
+            "both attempts answer; each role's own LM varied per attempt: a new rollout id, temperature 1.0 (a "
+            "sampler keeps its own)",
             run_best_of_n,
         ),
         EntryPoint(
             "refine",
             "`dspy.Refine(N=2)`",
-            "both attempts answer; the advice call names the configured LM; its hint reaches every role that "
-            "answers the task",
+            "as `dspy.BestOfN`; the advice call names the configured LM; its hint reaches every role that answers "
+            "the task",
             run_refine,
         ),
         EntryPoint("parallel", "`dspy.Parallel(num_threads=2)`", "3 items answered, in order", run_parallel),

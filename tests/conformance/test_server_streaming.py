@@ -1,4 +1,5 @@
-"""The test server speaks OpenAI's server-sent events for ``"stream": true`` (what ``dspy.streamify`` sends)."""
+"""The test server speaks OpenAI's server-sent events for ``"stream": true`` (what ``dspy.streamify`` sends), and a
+responder may read the whole request it answers."""
 
 from __future__ import annotations
 
@@ -106,3 +107,17 @@ def test_dspy_streamify_streams_a_field_from_the_server(fault_server, engine):
     assert len(chunks) > 1 and "".join(chunks) == "thirty six apples in all"
     assert isinstance(out[-1], dspy.Prediction) and out[-1].answer == "thirty six apples in all"
     assert fault_server.requests[-1]["stream"] is True and fault_server.requests[-1]["model"] == "m-stream"
+
+
+def test_a_responder_reads_the_request_it_answers(fault_server):
+    seen: list[Any] = []
+
+    def respond(messages: list[dict[str, Any]], max_tokens: int | None) -> str:
+        seen.append(fault_server.current_request())
+        return "ok"
+
+    fault_server.responder = respond
+    lm = dspy.LM("openai/m-read", api_base=fault_server.base_url, api_key="sk-test", cache=False, temperature=0.7)
+    lm("hi")
+    assert seen[0]["model"] == "m-read" and seen[0]["temperature"] == 0.7
+    assert fault_server.current_request() is None  # outside a responder
