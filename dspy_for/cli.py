@@ -4,30 +4,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from dspy_for.cli_common import (
     LM_HELP,
     DataDirOpt,
     DataOpt,
-    EpochsOpt,
     JudgeLmOpt,
     LmOpt,
     LmOptionOpt,
-    MaxCostOpt,
-    ReducerOpt,
     RoleLmOpt,
     RoleLmOptionOpt,
-    ThreadsOpt,
-    TrackingUriOpt,
     console,
     fail,
-    failed_run,
+    finish,
     interrupted_exit,
     method_options,
     print_whole,
+    run_command,
     run_overrides,
     show_progress,
 )
@@ -40,7 +37,7 @@ from dspy_for.experiments.advisor.report import advice_lines
 from dspy_for.experiments.comparison import compare as run_compare
 from dspy_for.experiments.core.prepare import prepare_program
 from dspy_for.experiments.reports.sweep import final_test_line, trials_table
-from dspy_for.experiments.reports.table import error_lines, rich_tables, spend_lines
+from dspy_for.experiments.reports.table import error_lines, rich_tables
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import SweepError
 from dspy_for.experiments.sweeps import sweep as run_sweep
@@ -104,23 +101,27 @@ def ask(
 
 
 @app.command()
+@run_command("compare")
 def compare(
     config: Annotated[Path | None, typer.Argument(help="TOML config (see experiments/*.toml).")] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset name (replaces the config's list).")] = None,
     data: DataOpt = None,
     split: Annotated[
-        str | None, typer.Option(help="Split: train, val, test, sample (default: the config's; with --dataset, val).")
+        str | None,
+        typer.Option(help="Split: train, val, test, sample (default: the config's; else the dataset's val)."),
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items.")] = None,
     first: Annotated[int | None, typer.Option(help="Only the first N items of each split (after --limit).")] = None,
-    methods: Annotated[str | None, typer.Option(help="Comma-separated method labels or names.")] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated method labels or names (default: the config's; else cot,for)."),
+    ] = None,
     baseline: Annotated[
         str | None, typer.Option(help="The method label that Δ and the paired tests refer to (default: the config's).")
     ] = None,
     lm: LmOpt = None,
     role_lm: RoleLmOpt = None,
     data_dir: DataDirOpt = None,
-    tracking_uri: TrackingUriOpt = None,
     lm_option: LmOptionOpt = None,
     role_lm_option: RoleLmOptionOpt = None,
     judge_lm: JudgeLmOpt = None,
@@ -139,22 +140,12 @@ def compare(
         ),
     ] = None,
     max_items: Annotated[int | None, typer.Option(help="With --sequential: the most items each method runs.")] = None,
-    autolog: Annotated[bool, typer.Option(help="Also record mlflow.dspy.autolog() traces.")] = False,
-    threads: ThreadsOpt = None,
-    max_cost: MaxCostOpt = None,
-    epochs: EpochsOpt = None,
-    reducer: ReducerOpt = None,
-    traces: Annotated[
-        bool | None,
-        typer.Option("--traces/--no-traces", help="One MLflow trace per item (default on; off for big fast runs)."),
-    ] = None,
-    results_dir: Annotated[
-        str | None, typer.Option(help="Where per-item results are kept for resume (default mlruns/compare/items).")
-    ] = None,
+    *,
+    settings: dict[str, Any],
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
     overrides = replace(
-        run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
+        run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, settings),
         dataset=dataset,
         data=data,
         split=split,
@@ -165,13 +156,6 @@ def compare(
         match_budget=match_budget,
         sequential=sequential,
         max_items=max_items,
-        autolog=autolog or None,
-        num_threads=threads,
-        max_cost=max_cost,
-        epochs=epochs,
-        reducer=reducer,
-        traces=traces,
-        results_dir=results_dir,
     )
     show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
     try:
@@ -183,22 +167,19 @@ def compare(
     for table in rich_tables(result):
         print_whole(table)
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}")
-    browse = "dspy-for ui" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
-    console.print(f"MLflow run {result.run_id}; browse with: {browse}", soft_wrap=True, markup=False)
-    for line in spend_lines(result):
-        console.print(line, soft_wrap=True, markup=False, highlight=False)
-    if not result.ok:
-        what = f"{result.n_failed} item(s) failed" + (
-            f", {result.judge_errors} not graded by the judge" if result.judge_errors else ""
-        )
-        errors = result.n_failed or result.judge_errors or any(result.errors.values())
-        failed_run(error_lines(result), what + "." if errors else "", stopped_by_cost=result.stopped_by_cost)
+    _browse(result.run_id, settings)
+    what = f"{result.n_failed} item(s) failed" + (
+        f", {result.judge_errors} not graded by the judge" if result.judge_errors else ""
+    )
+    errors = result.n_failed or result.judge_errors or any(result.errors.values())
+    finish(result, error_lines(result), what + "." if errors else "")
 
 
 # ----------------------------------------------------------------------------------------- sweep
 
 
 @app.command()
+@run_command("sweep")
 def sweep(
     config: Annotated[Path, typer.Argument(help="Sweep TOML config (see experiments/sweep_*.toml).")],
     n_trials: Annotated[int | None, typer.Option(help="Total trials (across workers and resumes).")] = None,
@@ -211,36 +192,30 @@ def sweep(
     lm: LmOpt = None,
     role_lm: RoleLmOpt = None,
     data_dir: DataDirOpt = None,
-    tracking_uri: TrackingUriOpt = None,
     lm_option: LmOptionOpt = None,
     role_lm_option: RoleLmOptionOpt = None,
     judge_lm: JudgeLmOpt = None,
     final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
-    threads: ThreadsOpt = None,
-    max_cost: MaxCostOpt = None,
-    epochs: EpochsOpt = None,
-    reducer: ReducerOpt = None,
+    *,
+    settings: dict[str, Any],
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
     overrides = replace(
-        run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, tracking_uri),
+        run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, settings),
         n_trials=n_trials,
         storage=storage,
         study=study,
         limit=limit,
         first=first,
-        num_threads=threads,
-        max_cost=max_cost,
-        epochs=epochs,
-        reducer=reducer,
     )
     show_progress("dspy_for.sweep", "dspy_for.optimizers", "dspy_for.experiments")  # chunks, trials, compile steps
     try:
         with interrupted_exit():
             result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, overrides=overrides)
     except SweepError as exc:
-        failed_run([str(exc)], "The sweep stopped.")
-        return
+        console.print(f"[red]{escape(str(exc))}[/]")
+        console.print("[bold red]The sweep stopped.[/]")
+        raise typer.Exit(code=1) from None
     except DspyForError as exc:
         fail(exc)
         return
@@ -248,21 +223,18 @@ def sweep(
     if result.final_test:
         console.print(final_test_line(result.final_test))
     console.print(f"MLflow parent run {result.parent_run_id} (* = best trial)")
-    if result.spec.max_cost is not None:
-        reached = ": reached, no trial starts" if result.stopped_by_cost else ""
-        console.print(f"spent ${result.spent_usd:.4f} of max_cost ${result.spec.max_cost:g}{reached}", markup=False)
-    if not result.ok:
-        failed = result.counts.get("FAIL", 0)
-        lines = [f"final test: {n} item(s) failed: {e}" for e, n in (result.final_test or {}).get("errors", {}).items()]
-        what = f"{failed} trial(s) failed (re-run on resume)." if failed else "The final test had errors."
-        errors = failed or (result.final_test or {}).get("failed")
-        failed_run(lines, what if errors else "", stopped_by_cost=result.stopped_by_cost)
+    failed = result.counts.get("FAIL", 0)
+    final = result.final_test.summary if result.final_test is not None else None
+    lines = [f"final test: {n} item(s) failed: {e}" for e, n in (final.errors if final else {}).items()]
+    what = f"{failed} trial(s) failed (re-run on resume)." if failed else "The final test had errors."
+    finish(result, lines, what if failed or (final and final.failed) else "")
 
 
 # ---------------------------------------------------------------------------------------- advise
 
 
 @app.command()
+@run_command("advise")
 def advise(
     lm: Annotated[str, typer.Option(help="Your LM (every role): a litellm model string or local/<name>.")],
     budget: Annotated[
@@ -289,14 +261,8 @@ def advise(
     lm_option: LmOptionOpt = None,
     role_lm_option: RoleLmOptionOpt = None,
     data_dir: DataDirOpt = None,
-    tracking_uri: TrackingUriOpt = None,
-    results_dir: Annotated[
-        str | None, typer.Option(help="Where per-item results are kept for resume (default mlruns/compare/items).")
-    ] = None,
-    threads: ThreadsOpt = None,
-    max_cost: MaxCostOpt = None,
-    epochs: EpochsOpt = None,
-    reducer: ReducerOpt = None,
+    *,
+    settings: dict[str, Any],
 ) -> None:
     """Which method should you run with your LM on your task, at your token budget? Stops as soon as it is resolved."""
     show_progress("dspy_for.advise", "dspy_for.experiments")
@@ -317,26 +283,25 @@ def advise(
                 first=first,
                 margin=margin,
                 data_dir=data_dir,
-                tracking_uri=tracking_uri,
-                results_dir=results_dir,
-                num_threads=threads,
                 budget_usd=budget_usd,
-                max_cost=max_cost,
-                epochs=epochs,
-                reducer=reducer,
+                **settings,
             )
     except DspyForError as exc:
         fail(exc)
         return
-    for line in advice_lines(result):
+    for line in advice_lines(result, spend=False):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}", soft_wrap=True, markup=False)
-    browse = "dspy-for ui" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
-    console.print(f"MLflow run {result.run_id}; browse with: {browse}", soft_wrap=True, markup=False)
-    if not result.ok:
-        errors = result.n_failed or result.could_not_run
-        what = f"{result.n_failed} item(s) failed, {len(result.could_not_run)} method(s) could not run."
-        failed_run([], what if errors else "", stopped_by_cost=result.stopped_by_cost)
+    _browse(result.run_id, settings)
+    errors = result.n_failed or result.could_not_run
+    what = f"{result.n_failed} item(s) failed, {len(result.could_not_run)} method(s) could not run."
+    finish(result, [], what if errors else "")
+
+
+def _browse(run_id: str | None, settings: dict[str, Any]) -> None:
+    uri = settings.get("tracking_uri")
+    browse = "dspy-for ui" + (f" --tracking-uri {uri}" if uri else "")
+    console.print(f"MLflow run {run_id}; browse with: {browse}", soft_wrap=True, markup=False)
 
 
 # -------------------------------------------------------------------------------------------- ui

@@ -1,10 +1,12 @@
-"""What the ``dspy-for`` command modules share: the options every run command takes (declared once; their meaning
-lives in ``experiments/spec``), the console, the exits for bad input and failed runs, progress."""
+"""What the ``dspy-for`` command modules share: the options every run command takes (its run settings from their
+declarations in ``experiments/spec/settings.py``), the console, the exits for bad input and for a run's end,
+progress."""
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,62 +19,49 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from dspy_for.errors import DspyForError
+from dspy_for.experiments.core.outcome import RunOutcome
 from dspy_for.experiments.spec.config import Overrides, parse_value
+from dspy_for.experiments.spec.settings import settings_for
 
 __all__ = [
     "LM_HELP",
     "DataDirOpt",
     "DataOpt",
-    "EpochsOpt",
     "JudgeLmOpt",
     "LmOpt",
     "LmOptionOpt",
-    "MaxCostOpt",
-    "ReducerOpt",
     "RoleLmOpt",
     "RoleLmOptionOpt",
-    "ThreadsOpt",
-    "TrackingUriOpt",
     "console",
     "fail",
-    "failed_run",
+    "finish",
     "interrupted_exit",
     "method_options",
     "print_whole",
+    "run_command",
     "run_overrides",
     "show_progress",
 ]
 
 console = Console()
 
-LM_HELP = "LM spec for every role: a litellm model string (openai/gpt-4.1-mini) or local/<name>."
-ROLE_LM_HELP = "Per-role LM, ROLE=SPEC (repeatable), e.g. --role-lm debater=local/qwen2.5-coder-0.5b."
+LM_HELP = "The LM of every role: a litellm model string (openai/gpt-4.1-mini) or local/<name>."
+ROLE_LM_HELP = "Per-role LM, ROLE=MODEL (repeatable), e.g. --role-lm debater=local/qwen2.5-coder-0.5b."
 LM_OPTION_HELP = "LM option for every role, KEY=VALUE (repeatable): api_base, timeout (s), num_retries, temperature."
-JUDGE_LM_HELP = "LM that grades every item (judged accuracy; reasoning, coherence, holistic); sets `[judge] lm`."
+JUDGE_LM_HELP = (
+    "LM that grades every item (judged accuracy; reasoning, coherence, holistic); sets the judge table's lm."
+)
 ROLE_LM_OPTION_HELP = "LM option for one role, ROLE:KEY=VALUE (repeatable), e.g. host:api_base=http://h:8000/v1."
 
-# the options every run command takes, declared once (their meaning lives in experiments/spec/config.py)
+# the LM and data options the run commands share (their run settings come from the declarations: run_command)
 LmOpt = Annotated[str | None, typer.Option(help=LM_HELP)]
 RoleLmOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)]
 LmOptionOpt = Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)]
 RoleLmOptionOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)]
 JudgeLmOpt = Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)]
 DataDirOpt = Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")]
-TrackingUriOpt = Annotated[str | None, typer.Option(help="MLflow tracking URI (default sqlite in mlruns/).")]
-ThreadsOpt = Annotated[
-    int | None, typer.Option(help="Parallel items: 8-32 for a remote endpoint, 1 for the local server (serial).")
-]
-MaxCostOpt = Annotated[
-    float | None, typer.Option(help="USD the run may spend; then no item starts (what finished is kept; resumable).")
-]
 DataOpt = Annotated[
     Path | None, typer.Option(help="Your task: JSONL, one {question, answer} per line (instead of --dataset).")
-]
-EpochsOpt = Annotated[
-    int | None, typer.Option(help="Repeats per item (each its own sample; needs a sampling temperature).")
-]
-ReducerOpt = Annotated[
-    str | None, typer.Option(help="How an item's epochs make one value: mean (default), majority, pass_at_k.")
 ]
 
 
@@ -83,9 +72,9 @@ def run_overrides(
     role_lm_option: list[str] | None,
     judge_lm: str | None,
     data_dir: str | None,
-    tracking_uri: str | None,
+    settings: dict[str, Any],
 ) -> Overrides:
-    """The flags every run command shares (declared once above as ``LmOpt``, ``RoleLmOpt``, ...) as overrides."""
+    """The options every run command shares (``LmOpt``, ``RoleLmOpt``, ... and its run settings) as overrides."""
     return Overrides(
         lm=lm,
         role_lms=role_lm,
@@ -93,8 +82,59 @@ def run_overrides(
         role_lm_options=role_lm_option,
         judge_lm=judge_lm,
         data_dir=data_dir,
-        tracking_uri=tracking_uri,
+        settings=settings,
     )
+
+
+def run_command(command: str) -> Callable[[Callable[..., None]], Any]:
+    """A Typer command that takes ``command``'s declared run settings
+    (:mod:`~dspy_for.experiments.spec.settings`): each its option (flag, help, hidden deprecated spellings), their
+    given values handed to the function as ``settings`` (name -> value, only those given)."""
+
+    def wrap(fn: Callable[..., None]) -> Any:
+        return _SettingsCommand(fn, command)
+
+    return wrap
+
+
+_ANNOTATED: Any = Annotated  # subscripted as the program runs, with a declared setting's type
+
+
+class _SettingsCommand:
+    """A command function with its declared settings' options added. The signature Typer reads is made when Typer
+    reads it, so a setting declared after import (by a plugin, or a test) gets its option too."""
+
+    def __init__(self, fn: Callable[..., None], command: str) -> None:
+        self.fn, self.command = fn, command
+        self.__name__, self.__doc__, self.__module__ = fn.__name__, fn.__doc__, fn.__module__
+        self.__annotations__: dict[str, Any] = {}
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        own = [p for p in inspect.signature(self.fn, eval_str=True).parameters.values() if p.name != "settings"]
+        added = []
+        for s in settings_for(self.command):
+            kind = _ANNOTATED[s.type | None, typer.Option(s.flag, help=s.meaning, metavar=s.metavar or None)]
+            added.append(inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind))
+            for i, old in enumerate(s.old_flags):
+                hidden = _ANNOTATED[s.type | None, typer.Option(old, hidden=True)]
+                added.append(
+                    inspect.Parameter(f"{s.name}__{i}", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hidden)
+                )
+        return inspect.Signature([*own, *added])
+
+    def __call__(self, **kwargs: Any) -> None:
+        settings: dict[str, Any] = {}
+        for s in settings_for(self.command):
+            value = kwargs.pop(s.name, None)
+            for i, old in enumerate(s.old_flags):
+                given = kwargs.pop(f"{s.name}__{i}", None)
+                if given is not None:
+                    console.print(f"[yellow]note:[/] `{old}` is deprecated: use `{s.flag}` (config key `{s.name}`).")
+                    value = given if value is None else value
+            if value is not None:
+                settings[s.name] = value
+        self.fn(**kwargs, settings=settings)
 
 
 def method_options(pairs: list[str] | None) -> dict[str, Any]:
@@ -106,10 +146,6 @@ def method_options(pairs: list[str] | None) -> dict[str, Any]:
             raise DspyForError(f"`--option` takes KEY=VALUE (e.g. --option rounds=3), got {pair!r}.")
         out[key.strip()] = parse_value(value.strip())
     return out
-
-
-#: what a run stopped by ``max_cost`` tells the user
-COST_HINT = "run the same command with a higher `--max-cost` to resume (finished items are kept, not run again)."
 
 
 def print_whole(table: Table) -> None:
@@ -130,17 +166,23 @@ def fail(exc: Exception) -> None:
     raise typer.Exit(code=2)
 
 
-def failed_run(lines: list[str], what: str, *, stopped_by_cost: bool = False) -> None:
-    """A run that finished with errors (``what``: they, '' if none) or stopped by ``max_cost``: print each distinct
-    error and exit 1 (after everything was logged)."""
-    for line in lines:
+def finish(outcome: RunOutcome, errors: list[str], what: str) -> None:
+    """The end of a run command: what it spent against its ``max_cost``; then, unless ``outcome.ok``, each distinct
+    error (``errors``), ``what`` failed ('' if nothing did) and what stopped it, and exit 1 (after everything was
+    logged)."""
+    spend = outcome.spend
+    if spend is not None and spend.max_cost is not None:
+        console.print(spend.line(), soft_wrap=True, markup=False, highlight=False)
+    if outcome.ok:
+        return
+    for line in errors:
         console.print(f"[red]{escape(line)}[/]")
     if what:
         console.print(
             f"[bold red]{escape(what)}[/] Failed items are not scored; run the same command again to retry them."
         )
-    if stopped_by_cost:
-        console.print(f"[bold red]max_cost reached:[/] {escape(COST_HINT)}")
+    if outcome.stopped_by_cost:
+        console.print("[bold red]max_cost reached:[/] run the same command with a higher `--max-cost` to resume.")
     raise typer.Exit(code=1)
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -104,82 +105,79 @@ def test_tables_print_whole_on_an_80_column_console(monkeypatch):
     assert common.console.width == 80
 
 
-@pytest.mark.parametrize(
-    ("command", "args", "expected"),
-    [
-        (
-            "compare",
-            ["--threads", "16", "--max-cost", "2.5", "--data", "my.jsonl"],
-            {"num_threads": 16, "max_cost": 2.5, "data": Path("my.jsonl")},
-        ),
-        ("sweep", ["--threads", "8", "--max-cost", "0.75"], {"num_threads": 8, "max_cost": 0.75}),
-    ],
-)
-def test_threads_max_cost_and_data_flags_reach_the_library_call(monkeypatch, command, args, expected):
+LIBRARY_CALL = {"compare": "run_compare", "sweep": "run_sweep", "advise": "run_advise"}
+HEAD = {"compare": ["compare", "x.toml"], "sweep": ["sweep", "x.toml"], "advise": ["advise", "--lm", "openai/x"]}
+
+
+def _stop_at_the_library_call(monkeypatch, command: str) -> dict[str, Any]:
+    """Put a stand-in for the library call behind ``command``: it records what the CLI passed (the run settings and
+    the overrides of compare / sweep; advise's keyword arguments) in the dict returned, and stops (exit 2)."""
     import dspy_for.cli as cli
     from dspy_for.errors import ConfigError
 
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
 
-    def fake(config, overrides=None, **kwargs):
-        o = overrides or kwargs.get("overrides")
-        seen.update({k: getattr(o, k) for k in expected})
+    def stand_in(*args, overrides=None, **kwargs):
+        o = overrides or (args[1] if len(args) > 1 else None)
+        seen.update({**o.settings, "overrides": o} if o is not None else kwargs)
         raise ConfigError("stop here")
 
-    monkeypatch.setattr(cli, "run_compare" if command == "compare" else "run_sweep", fake)
-    result = runner.invoke(app, [command, "x.toml", *args])
-    assert result.exit_code == 2 and "stop here" in result.output and seen == expected
+    monkeypatch.setattr(cli, LIBRARY_CALL[command], stand_in)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("compare", ["--num-threads", "16", "--max-cost", "2.5"]),
+        ("sweep", ["--num-threads", "8", "--max-cost", "0.75"]),
+    ],
+)
+def test_threads_and_max_cost_flags_reach_the_library_call_as_run_settings(monkeypatch, command, args):
+    seen = _stop_at_the_library_call(monkeypatch, command)
+    result = runner.invoke(app, [*HEAD[command], *args, "--first", "3"])
+    assert result.exit_code == 2 and "stop here" in result.output
+    settings = seen["overrides"].settings
+    assert settings == {"num_threads": int(args[1]), "max_cost": float(args[3])}
+    assert seen["overrides"].first == 3
+
+
+def test_compare_data_flag_reaches_the_library_call(monkeypatch):
+    seen = _stop_at_the_library_call(monkeypatch, "compare")
+    runner.invoke(app, ["compare", "--data", "my.jsonl"])
+    assert seen["overrides"].data == Path("my.jsonl")
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep", "advise"])
+def test_the_old_threads_flag_still_works_and_says_it_is_deprecated(monkeypatch, command):
+    seen = _stop_at_the_library_call(monkeypatch, command)
+    result = runner.invoke(app, [*HEAD[command], "--threads", "6"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and seen["num_threads"] == 6
+    assert "`--threads` is deprecated: use `--num-threads`" in result.output
+    help_text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
+    assert "--num-threads" in help_text and "--threads " not in help_text  # the old spelling is not advertised
 
 
 def test_advise_threads_max_cost_and_budget_usd_flags_reach_the_library_call(monkeypatch):
-    import dspy_for.cli as cli
-    from dspy_for.errors import ConfigError
-
-    seen: dict[str, object] = {}
-
-    def fake(**kwargs):
-        seen.update(kwargs)
-        raise ConfigError("stop here")
-
-    monkeypatch.setattr(cli, "run_advise", fake)
-    args = ["advise", "--lm", "openai/x", "--data", "my.jsonl", "--threads", "12", "--max-cost", "3"]
+    seen = _stop_at_the_library_call(monkeypatch, "advise")
+    args = [*HEAD["advise"], "--data", "my.jsonl", "--num-threads", "12", "--max-cost", "3"]
     result = runner.invoke(app, [*args, "--budget-usd", "0.002"])
     assert result.exit_code == 2 and "stop here" in result.output
     assert seen["num_threads"] == 12 and seen["max_cost"] == 3.0 and seen["budget_usd"] == 0.002
 
 
 def test_unset_flags_leave_the_library_defaults(monkeypatch):
-    import dspy_for.cli as cli
-    from dspy_for.errors import ConfigError
+    from dspy_for.experiments.spec.settings import SETTINGS
 
-    seen: dict[str, object] = {}
-
-    def fake(**kwargs):
-        seen.update(kwargs)
-        raise ConfigError("stop here")
-
-    monkeypatch.setattr(cli, "run_advise", fake)
-    runner.invoke(app, ["advise", "--lm", "openai/x", "--data", "my.jsonl"])
-    assert seen["num_threads"] is None and seen["max_cost"] is None and seen["budget_usd"] is None
-    assert seen["epochs"] is None and seen["reducer"] is None
+    seen = _stop_at_the_library_call(monkeypatch, "advise")
+    runner.invoke(app, [*HEAD["advise"], "--data", "my.jsonl"])
+    assert seen["budget_usd"] is None and not set(seen) & set(SETTINGS)  # no run setting given: none passed on
 
 
 @pytest.mark.parametrize("command", ["compare", "sweep", "advise"])
 def test_epochs_and_reducer_flags_reach_the_library_call(monkeypatch, command):
-    import dspy_for.cli as cli
-    from dspy_for.errors import ConfigError
-
-    seen: dict[str, object] = {}
-
-    def fake(*args, overrides=None, **kwargs):
-        o = overrides or (args[1] if len(args) > 1 else None)
-        seen.update({"epochs": o.epochs, "reducer": o.reducer} if o is not None else kwargs)
-        raise ConfigError("stop here")
-
-    target = {"compare": "run_compare", "sweep": "run_sweep", "advise": "run_advise"}[command]
-    monkeypatch.setattr(cli, target, fake)
-    head = ["advise", "--lm", "openai/x", "--data", "my.jsonl"] if command == "advise" else [command, "x.toml"]
-    result = runner.invoke(app, [*head, "--epochs", "4", "--reducer", "majority"])
+    seen = _stop_at_the_library_call(monkeypatch, command)
+    result = runner.invoke(app, [*HEAD[command], "--epochs", "4", "--reducer", "majority"])
     assert result.exit_code == 2 and "stop here" in result.output
     assert seen["epochs"] == 4 and seen["reducer"] == "majority"
 
@@ -189,3 +187,19 @@ def test_epochs_and_reducer_are_explained_in_the_help():
         text = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.split())
         assert "repeats per item (each its own sample; needs a sampling temperature)" in text.lower(), command
         assert "mean (default), majority, pass_at_k" in text, command
+
+
+def test_compare_dataset_without_methods_runs_cot_and_for_unless_the_config_names_methods(monkeypatch, tmp_path):
+    import dspy_for.cli as cli
+    from dspy_for.experiments.spec.config import load_spec
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_compare", lambda config, overrides: seen.update(spec=load_spec(config, overrides)))
+    runner.invoke(app, ["compare", "--dataset", "gsm8k", "--lm", "openai/x"])
+    assert [m.name for m in seen["spec"].methods] == ["cot", "for"] and seen["spec"].datasets[0].split == "val"
+    config = tmp_path / "c.toml"
+    config.write_text('lm = "openai/x"\n[[datasets]]\nname = "svamp"\n[[methods]]\nname = "single"\n')
+    runner.invoke(app, ["compare", str(config), "--dataset", "gsm8k"])
+    assert [m.name for m in seen["spec"].methods] == ["single"] and seen["spec"].datasets[0].name == "gsm8k"
+    runner.invoke(app, ["compare", str(config)])  # a config's dataset without a split: the same val as --dataset
+    assert seen["spec"].datasets[0].split == "val"

@@ -3,10 +3,11 @@
 Every table of the reference is preceded by a marker ``<!-- reference: NAME -->``; its first column names one key
 per row (in backticks), and for the sections whose defaults the code declares, its second column starts with that
 default (``required`` for a key without one, ``none`` for None, else the value as TOML writes it). The keys are
-read from the code itself: the fields of the spec dataclasses (``ExperimentSpec``, ``DatasetConfig``,
-``MethodConfig``, ``JudgeConfig``, ``SweepSpec``), the parameters of ``advise()``, the LM options ``make_lm`` and
-the transport take, the keys the compile step and the search space read, the registered methods with their
-options, and the flags of ``compare``, ``sweep``, ``advise`` and ``ask``. A key in the code but not in the
+read from the code itself: the declared run settings (their table is exactly the rows their declarations make), the
+other fields of the spec dataclasses (``ExperimentSpec``, ``DatasetConfig``, ``MethodConfig``, ``JudgeConfig``,
+``SweepSpec``), the parameters of ``advise()``, the LM options ``make_lm`` and the transport take, the keys the
+compile step and the search space read, the registered methods with their options, and the flags of ``compare``,
+``sweep``, ``advise`` and ``ask`` (those of the run settings in their own table). A key in the code but not in the
 reference fails, and so does a key in the reference the code does not have, or a default that differs.
 
 The README's Python example is run too (offline, a scripted LM) and must print what the README shows beside it.
@@ -35,6 +36,7 @@ import dspy_for.lm.options as lm_options
 from dspy_for.experiments.advisor.driver import advise
 from dspy_for.experiments.methods import list_methods
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, JudgeConfig, MethodConfig
+from dspy_for.experiments.spec.settings import SETTINGS, reference_rows
 from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 from dspy_for.lm import factory, server, transport
 
@@ -130,8 +132,11 @@ def default_ok(cell: str, default: Any) -> bool:
 
 
 def dataclass_defaults(cls: type) -> dict[str, Any]:
+    """A config's keys with their defaults: the dataclass's fields, but the run settings (their own table)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
+        if f.name in SETTINGS:
+            continue
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
@@ -205,9 +210,15 @@ def lm_option_defaults() -> dict[str, Any]:
 
 
 def cli_flags(command: str) -> set[str]:
+    """The command's own flags (not those of its run settings, which have their own table; nor hidden ones)."""
     group = typer.main.get_command(cli.app)
     params = group.commands[command].params  # type: ignore[attr-defined]
-    return {p.opts[0] for p in params if p.param_type_name == "option" and p.opts[0].startswith("--")}
+    settings = {p for p in params if p.name in SETTINGS}
+    return {
+        p.opts[0]
+        for p in params
+        if p.param_type_name == "option" and p.opts[0].startswith("--") and p not in settings and not p.hidden
+    }
 
 
 # ------------------------------------------------------------------------------------------------ the checks
@@ -266,6 +277,15 @@ def test_lm_options_and_defaults() -> None:
 @pytest.mark.parametrize("command", ["compare", "sweep", "advise", "ask"])
 def test_every_flag(command: str) -> None:
     check_section(f"flags.{command}", dict.fromkeys(cli_flags(command)), defaults=False)
+
+
+def test_the_run_settings_table_is_made_from_their_declarations() -> None:
+    """Each row as :func:`reference_rows` writes it from the declaration (key, default, flag, commands, meaning)."""
+    text = REFERENCE.read_text(encoding="utf-8").splitlines()
+    start = text.index("<!-- reference: settings -->")
+    table = [line for line in text[start + 1 :][: len(SETTINGS) + 3] if line.startswith("|")][2:]
+    expected = reference_rows()
+    assert table == expected, "docs/reference.md [settings] must be exactly these rows:\n" + "\n".join(expected)
 
 
 def test_every_method_with_its_roles_and_options() -> None:

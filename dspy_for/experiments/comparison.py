@@ -57,7 +57,7 @@ def compare(
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
     run_dir = root / "compare" / spec.fingerprint()
     run_dir.mkdir(parents=True, exist_ok=True)
-    items_dir = Path(spec.results_dir) if spec.results_dir else root / "compare" / "items"
+    items_dir = spec.items_dir(root)
     out = ComparisonResult(spec=spec, run_dir=run_dir)
     if spec.autolog:
         store.autolog()
@@ -229,7 +229,7 @@ def _run_together(c: _Comparison, methods: list[MethodConfig], examples: dict[st
                 feeds.append(Feed(ev, run.examples))
             if spec.autolog:
                 stack.enter_context(store.active_run(group[0][1], True))  # autolog's DSPy traces go to the active run
-            feed_together(feeds, threads=spec.num_threads, limit=limit)
+            feed_together(feeds, num_threads=spec.num_threads, limit=limit)
         for feed in feeds:
             res, run = feed.evaluation.result, feed.evaluation.run
             out.results[run.dataset.name][run.method.label] = res

@@ -16,11 +16,12 @@ replay: "at what n would this have been resolved?"
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import dspy
 
@@ -28,17 +29,19 @@ from dspy_for.datasets import content_key
 from dspy_for.experiments.core import Evaluation, Feed, MethodResult, PreparedRun, ResultStore, feed_together
 from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.spec import ExperimentSpec
+from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.sink import MlflowSink
 from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
 
-__all__ = ["PairOutcome", "log_outcomes", "outcome_rows", "paired_sequence", "run_sequential", "seeded_order"]
+__all__ = ["BaselinePair", "log_outcomes", "outcome_rows", "paired_sequence", "run_sequential", "seeded_order"]
 
 
 @dataclass(frozen=True)
-class PairOutcome:
-    """One pair's sequential test as the comparison ended: resolved (with its stopping n and direction) or not
-    (with the current interval), over ``result.n`` paired items."""
+class BaselinePair:
+    """One method's sequential test against the baseline as the comparison ended: resolved (with its stopping n and
+    direction) or not (with the current interval), over ``result.n`` paired items. (``advise`` tests candidates
+    against each other: :class:`~dspy_for.experiments.advisor.result.CandidatePair`.)"""
 
     dataset: str
     method: str
@@ -75,7 +78,7 @@ def run_sequential(
     child_runs: dict[str, str],
     items_dir: Path,
     limit: SpendLimit | None = None,
-) -> tuple[dict[str, MethodResult], list[PairOutcome]]:
+) -> tuple[dict[str, MethodResult], list[BaselinePair]]:
     """Run ``runs`` (by label; the baseline among them) sequentially on one dataset (see the module docstring).
     ``child_runs``: each method's MLflow run, which streams its items and is ended by the caller. Each batch runs
     its methods side by side on the run's threads; ``limit`` (``max_cost``) stops starting items once reached."""
@@ -84,7 +87,7 @@ def run_sequential(
     order = seeded_order(base_run.examples, spec.seed)[: spec.max_items or None]
     others = [label for label in runs if label != baseline]
     alpha = split_alpha(spec.alpha, len(others))
-    kind: Literal["binary", "bounded"] = "bounded" if spec.epochs > 1 and spec.reducer == "mean" else "binary"
+    kind = value_kind(spec.epochs, spec.reducer)
     tests = {label: PairedSequentialTest(kind=kind, alpha=alpha) for label in others}
     fed = {label: 0 for label in others}  # paired items already given to each test
     open_: set[str] = set(others)
@@ -101,7 +104,7 @@ def run_sequential(
         for start in range(0, len(order), spec.batch_size):
             batch = order[start : start + spec.batch_size]
             feeds = [Feed(evaluations[label], batch) for label in [baseline, *sorted(open_)]]
-            feed_together(feeds, threads=spec.num_threads, limit=limit)
+            feed_together(feeds, num_threads=spec.num_threads, limit=limit)
             seen = order[: start + len(batch)]
             for label in sorted(open_):
                 pairs = paired_sequence(evaluations[label].result, evaluations[baseline].result, seen)
@@ -116,7 +119,7 @@ def run_sequential(
                 break
         results_by_label = {label: _in_data_order(ev.result, base_run.examples) for label, ev in evaluations.items()}
     dataset = base_run.dataset.name
-    outcomes = [PairOutcome(dataset, label, baseline, tests[label].result) for label in others]
+    outcomes = [BaselinePair(dataset, label, baseline, tests[label].result) for label in others]
     return results_by_label, outcomes
 
 
@@ -135,7 +138,7 @@ def _spent(evaluations: dict[str, Evaluation]) -> float:
     return float(sum(t.get("tokens", 0) + t.get("cached_tokens", 0) for t in totals))
 
 
-def outcome_rows(outcomes: list[PairOutcome]) -> list[dict[str, Any]]:
+def outcome_rows(outcomes: list[BaselinePair]) -> list[dict[str, Any]]:
     """The pairs as plain rows (kept in the comparison's result and in ``sequential.jsonl``)."""
     return [
         {"dataset": o.dataset, "method": o.method, "baseline": o.baseline, **o.result.to_dict(), "text": o.text()}
@@ -143,7 +146,7 @@ def outcome_rows(outcomes: list[PairOutcome]) -> list[dict[str, Any]]:
     ]
 
 
-def log_outcomes(parent: str, outcomes: list[PairOutcome]) -> None:
+def log_outcomes(parent: str, outcomes: list[BaselinePair]) -> None:
     """Per pair on the parent run: its stopping n (resolved pairs), paired n, difference and interval, and a tag
     ``resolved`` / ``unresolved``; the rows in ``sequential.jsonl``."""
     metrics: dict[str, float] = {}
@@ -157,3 +160,10 @@ def log_outcomes(parent: str, outcomes: list[PairOutcome]) -> None:
     store.log_metrics(parent, metrics)
     store.set_tags(parent, tags)
     store.log_table(parent, outcome_rows(outcomes), "sequential.jsonl")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PairOutcome":  # deprecated: a method against the baseline is a BaselinePair
+        warnings.warn("`PairOutcome` is now `BaselinePair`.", DeprecationWarning, stacklevel=2)
+        return BaselinePair
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

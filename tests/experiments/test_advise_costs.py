@@ -21,6 +21,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.experiments import advise
 from dspy_for.experiments.advisor.candidates import Candidate, sized_options, sizing_budget
 from dspy_for.experiments.advisor.report import advice_lines
+from dspy_for.experiments.core.spend import money
 from dspy_for.lm.pricing import PRICE_ATTR, Price
 from dspy_for.modules.for_signatures import DEBATER_INSTRUCTIONS, REVISE_INSTRUCTIONS
 from dspy_for.testing import ScriptedLM, system_text, user_text
@@ -100,16 +101,15 @@ def test_budget_usd_sizes_k_from_cots_dollars_and_drops_a_candidate_over_it(inst
     sc, for_ = advice.outcome("self_consistency"), advice.outcome("for")
     assert sc.options == {"k": 3} and "--budget-usd" in sc.sized  # 3.5 calls: a half rounds down; the tokens allow 100
     assert for_.status == "over budget" and for_.over == ["--budget-usd"] and for_.result is not None
-    assert f"${for_.result.cost_per_item:.3g}/item on the pilot's 4 item(s) > budget ${budget_usd:g}/item" in (
-        for_.reason
-    )
+    over = f"{money(for_.result.cost_per_item, significant=3)}/item on the pilot's 4 item(s) > budget "
+    assert over + f"{money(budget_usd, as_given=True)}/item" in for_.reason
     assert advice.budget_usd == budget_usd and advice.recommended in ("cot", "self_consistency")
     text = "\n".join(advice_lines(advice))
-    assert f"budget ${budget_usd:g}/item" in text.splitlines()[0]
+    assert f"budget {money(budget_usd, as_given=True)}/item" in text.splitlines()[0]
     assert "$/item" in text.splitlines()[2]  # the table's header
     rec = advice.recommendation
     assert rec is not None and rec.result is not None
-    assert f"tokens/item and ${rec.result.cost_per_item:.2g}/item over" in text
+    assert f"tokens/item and {money(rec.result.cost_per_item)}/item over" in text and "e-0" not in text
     d = advice.to_dict()
     assert d["budget_usd"] == budget_usd and d["cot_cost_per_item"] == pytest.approx(cost)
     assert all("cost_per_item" in row for row in d["candidates"] if row["n"])
@@ -157,12 +157,13 @@ def test_max_cost_stops_advise_unresolved_exits_1_and_a_rerun_resumes(install_sc
     cot, single = stopped.outcome("cot"), stopped.outcome("single")
     assert stopped.stopped_by_cost and not stopped.ok and not stopped.resolved
     assert cot.result is not None and cot.result.n_scored == 1  # the item that ran before the spend was reached
-    assert single.status == "not run" and "max_cost $1e-09 was reached" in single.reason
-    assert stopped.recommended == "cot" and "unresolved: max_cost $1e-09 was reached" in stopped.how
+    assert single.status == "not run" and "max_cost $0.000000001 was reached" in single.reason
+    assert stopped.recommended == "cot" and "unresolved: max_cost $0.000000001 was reached" in stopped.how
     assert stopped.spend is not None and stopped.spend.spent > 1e-9 and stopped.spend.not_started > 0
     text = "\n".join(advice_lines(stopped))
     assert "recommended (unresolved): cot" in text
-    assert f"spent ${stopped.spend.spent:.4f} of max_cost $1e-09: reached" in text and "higher `--max-cost`" in text
+    spent = money(stopped.spend.total, decimals=4)
+    assert f"spent {spent} of max_cost $0.000000001: reached" in text and "with a higher max_cost resumes" in text
     assert stopped.to_dict()["stopped_by_cost"] is True
 
     args = ["advise", "--lm", "openai/fake-model", "--lm-option", PRICE_FLAG, "--data", str(data)]
@@ -188,7 +189,7 @@ def test_compare_stopped_by_max_cost_prints_its_spend_and_exits_1(install_script
     out = CliRunner().invoke(app, [*args, "--max-cost", "1e-9"])
     flat = " ".join(out.output.split())
     assert out.exit_code == 1, out.output
-    assert "of max_cost $1e-09: reached, 3 item(s) not started" in flat and "max_cost reached:" in flat
+    assert "of max_cost $0.000000001: reached, 3 item(s) not started" in flat and "max_cost reached:" in flat
     assert "item(s) failed" not in flat  # nothing failed: it was stopped
     again = CliRunner().invoke(app, [*args, "--max-cost", "1"])
     assert again.exit_code == 0, again.output
@@ -220,7 +221,8 @@ def test_sweep_stopped_by_max_cost_prints_its_spend_and_exits_1(install_scripted
     out = CliRunner().invoke(app, args)
     flat = " ".join(out.output.split())
     assert out.exit_code == 1, out.output
-    assert "of max_cost $1e-09: reached" in flat and "max_cost reached:" in flat
+    assert "of max_cost $0.000000001: reached, 2 trial(s) not finished" in flat
+    assert "max_cost reached:" in flat
 
 
 # -------------------------------------------------------------------------------------------- epochs

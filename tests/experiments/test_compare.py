@@ -258,7 +258,7 @@ def test_spec_validation_errors_are_clear(tmp_path):
         load_spec(_write(tmp_path), split="dev")
     with pytest.raises(ConfigError, match="does not exist"):
         load_spec(tmp_path / "missing.toml")
-    with pytest.raises(ConfigError, match="ROLE=SPEC"):
+    with pytest.raises(ConfigError, match="ROLE=MODEL"):
         load_spec(_write(tmp_path), role_lms=["debater"])
 
 

@@ -351,7 +351,8 @@ def test_final_test_gives_label_using_methods_their_labels(fake_lm, tmp_path):
     path.write_text(ORACLE_SWEEP)
     result = sweep(path, final_test=True, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     ft = result.final_test
-    assert ft is not None and ft["failed"] == 0 and ft["n"] == 45 and result.ok
+    assert ft is not None and ft.summary.failed == 0 and ft.summary.n == 45 and result.ok
+    assert result.n_scored >= 45 and result.n_failed == 0 and not result.stopped_by_cost
 
 
 def test_every_trial_run_holds_one_trace_per_item(fake_lm, tmp_path):

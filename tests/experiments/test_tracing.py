@@ -517,12 +517,14 @@ def test_the_sweeps_final_test_is_traced_on_its_parent_run(scripted, tmp_path):
 
     uri = _uri(tmp_path)
     result = sweep(_write(tmp_path, SWEEP), tracking_uri=uri, final_test=True)
-    assert result.final_test is not None and result.final_test["n"] == 45
+    assert result.final_test is not None and result.final_test.summary.n == 45
     client = MlflowClient(uri)
     parent = client.get_run(result.parent_run_id)
     traces = _traces(uri, parent)
     assert len(traces) == 45 and {t.info.trace_metadata["dspy_for.label"] for t in traces} == {"final-test"}
-    assert sum(_assessment(t, tracing.CORRECT).value for t in traces) == round(result.final_test["accuracy"] * 45)
+    assert sum(_assessment(t, tracing.CORRECT).value for t in traces) == round(
+        (result.final_test.summary.accuracy or 0.0) * 45
+    )
     (ds,) = parent.inputs.dataset_inputs
     assert ds.dataset.name == "gsm8k/sample" and {t.key: t.value for t in ds.tags}["mlflow.data.context"] == "test"
 

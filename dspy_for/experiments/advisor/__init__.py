@@ -22,7 +22,17 @@ outcome of a test) and bad input fails before any LM call. ``docs/advise.md`` ha
 
 from __future__ import annotations
 
-from dspy_for.experiments.advisor.driver import MARGIN, advise
-from dspy_for.experiments.advisor.result import Advice, CandidateOutcome, PairOutcome
+import warnings
+from typing import Any
 
-__all__ = ["MARGIN", "Advice", "CandidateOutcome", "PairOutcome", "advise"]
+from dspy_for.experiments.advisor.driver import MARGIN, advise
+from dspy_for.experiments.advisor.result import Advice, CandidateOutcome, CandidatePair
+
+__all__ = ["MARGIN", "Advice", "CandidateOutcome", "CandidatePair", "advise"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PairOutcome":  # deprecated: two candidates' test is a CandidatePair (compare's is a BaselinePair)
+        warnings.warn("`PairOutcome` is now `CandidatePair`.", DeprecationWarning, stacklevel=2)
+        return CandidatePair
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

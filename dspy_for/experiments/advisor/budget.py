@@ -17,6 +17,7 @@ from typing import Any
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.advisor.result import OVER_BUDGET, SIZING, Advice, dollars_per_item
 from dspy_for.experiments.core import MethodResult
+from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.spec import RunSpec
 from dspy_for.lm.pricing import PRICE_ATTR, Price, is_priced
 
@@ -58,7 +59,7 @@ def over_budget(r: MethodResult, budget: float | None, budget_usd: float | None)
         flags.append("--budget")
     cost = dollars_per_item(r)
     if budget_usd is not None and cost is not None and cost > budget_usd:
-        reasons.append(f"${cost:.3g}/item {on} > budget ${budget_usd:g}/item")
+        reasons.append(f"{money(cost, significant=3)}/item {on} > budget {money(budget_usd, as_given=True)}/item")
         flags.append("--budget-usd")
     return "; ".join(reasons), flags
 
@@ -89,11 +90,13 @@ def no_fit_error(advice: Advice) -> ConfigError | None:
             parts[-1] += f" (the cheapest, {tokens[0][1]}, took {tokens[0][0]:,.0f})"
         fixes.append("raise `--budget`" + (f" to at least {math.ceil(tokens[0][0]):,}" if tokens else ""))
     if "--budget-usd" in flags and a.budget_usd is not None:
-        parts.append(f"`--budget-usd` ${a.budget_usd:g}/item")
+        parts.append(f"`--budget-usd` {money(a.budget_usd, as_given=True)}/item")
         dollars = sorted((cost, label) for label, r in measured if (cost := dollars_per_item(r)) is not None)
         if dollars:
-            parts[-1] += f" (the cheapest, {dollars[0][1]}, cost ${dollars[0][0]:.3g})"
-        fixes.append("raise `--budget-usd`" + (f" to at least ${_up(dollars[0][0]):.3g}" if dollars else ""))
+            parts[-1] += f" (the cheapest, {dollars[0][1]}, cost {money(dollars[0][0], significant=3)})"
+        fixes.append(
+            "raise `--budget-usd`" + (f" to at least {money(_up(dollars[0][0]), significant=3)}" if dollars else "")
+        )
     if not parts:
         return None
     return ConfigError(

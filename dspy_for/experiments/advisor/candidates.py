@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dspy_for.errors import ConfigError
+from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.methods import BUDGET_UNIT, Preset, budget_calls, get_method, list_methods
 from dspy_for.experiments.spec import RunSpec
 
@@ -114,7 +115,7 @@ def sized_options(
     entry = get_method(c.method)
     n = budget_calls(tokens, cot_tokens)
     if flag == "--budget-usd" and budget_usd is not None and cot_cost is not None:
-        source = f"${budget_usd:g} / CoT's ${cot_cost:.3g} per item on the pilot"
+        source = f"{money(budget_usd, as_given=True)} / CoT's {money(cot_cost, significant=3)} per item on the pilot"
         how = f"{c.sized} = {source} → {n} (--budget-usd: {tokens:,.0f} tokens/item at CoT's rate)"
     else:
         how = f"{c.sized} = {tokens:,.0f} / {cot_tokens:,.0f} → {n} (budget / CoT's tokens per item on the pilot)"

@@ -48,9 +48,11 @@ from dspy_for.experiments.comparison import prepare_tracked
 from dspy_for.experiments.core import Evaluation, MethodResult, ResultStore, SpendLimit, load_examples
 from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.sinks import interruptible
+from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import seeded_order
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides, task_dataset
+from dspy_for.experiments.spec.settings import check_settings, value_kind
 from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.sink import MlflowSink
 
@@ -77,21 +79,16 @@ def advise(
     timeout: float | None = None,
     first: int | None = None,
     data_dir: str | None = None,
-    tracking_uri: str | None = None,
-    results_dir: str | None = None,
     margin: float = MARGIN,
     alpha: float = 0.05,
     pilot: int = 4,
     batch_size: int = 4,
     seed: int = 0,
     max_tokens: int | None = None,
-    num_threads: int | None = None,
     budget_usd: float | None = None,
-    max_cost: float | None = None,
-    epochs: int | None = None,
-    reducer: str | None = None,
     experiment: str = "advise",
     progress: bool = True,
+    **settings: Any,
 ) -> Advice:
     """Which method to run with ``lm`` on a task at ``budget`` tokens (and/or ``budget_usd`` USD) per item (package
     docstring).
@@ -102,12 +99,15 @@ def advise(
     that reads no gold label). ``max_items`` / ``timeout`` (seconds) bound the rounds; ``margin`` (accuracy as a
     fraction, 0.05 = 5 points) is the difference below which two methods count as equally good; ``alpha`` is the
     error rate over all the pairs tested. ``pilot``: items that measure each candidate's cost; ``batch_size``:
-    items per round. ``max_cost`` (USD): once the session has spent it no item starts and the leader so far is
-    recommended, unresolved (``stopped_by_cost``; a re-run resumes). ``epochs``: runs per item (each its own
-    sample), made one value by ``reducer`` (mean, majority, pass_at_k). Bad input fails with
-    :class:`~dspy_for.errors.ConfigError` before any LM call (``budget_usd`` with an LM that has no price too).
+    items per round. ``settings``: the run settings ``advise`` takes, by their declared names
+    (:mod:`~dspy_for.experiments.spec.settings`): ``num_threads``, ``max_cost`` (USD: once the session has spent it
+    no item starts and the leader so far is recommended, unresolved: ``stopped_by_cost``; a re-run resumes),
+    ``epochs`` (runs per item, each its own sample) made one value by ``reducer`` (mean, majority, pass_at_k),
+    ``tracking_uri``, ``results_dir``. Bad input fails with :class:`~dspy_for.errors.ConfigError` before any LM
+    call (``budget_usd`` with an LM that has no price too).
     """
     started = time.monotonic()
+    settings = check_settings(settings, "advise", " from this advise() call")
     _check_numbers(budget=budget, margin=margin, timeout=timeout, pilot=pilot, budget_usd=budget_usd)
     d = replace(task_dataset(dataset, split, data, data_dir), first=first)
     chosen = select_candidates(methods)
@@ -125,13 +125,8 @@ def advise(
         role_lm_options=role_lm_options,
         max_tokens=max_tokens,
         seed=seed,
-        num_threads=num_threads,
-        max_cost=max_cost,
-        epochs=epochs,
-        reducer=reducer,
         experiment=experiment,
-        tracking_uri=tracking_uri,
-        results_dir=results_dir,
+        settings=settings,
     )
     spec = load_spec(base, overrides)
     if budget_usd is not None:
@@ -143,15 +138,14 @@ def advise(
         return time.monotonic() >= deadline
 
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
-    settings = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
+    asked = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
     if budget_usd is not None:  # (only when given: the directory of an answer without it keeps its name)
-        settings["budget_usd"] = budget_usd
-    advice = _new_advice(spec, d, settings, root / "advise", pilot_items=min(pilot, len(order)))
+        asked["budget_usd"] = budget_usd
+    advice = _new_advice(spec, d, asked, root / "advise", pilot_items=min(pilot, len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
     parent = advice.run_id = store.start_run(f"advise-{d.name}", spec.experiment, tags=tags)
-    store.log_params(parent, {"spec": spec.to_dict(), "advise": settings, **store.environment_params()})
-    items_dir = Path(spec.results_dir) if spec.results_dir else root / "compare" / "items"  # compare's store too
-    session = _Session(spec, d, order, parent, advice, items_dir, progress, expired)
+    store.log_params(parent, {"spec": spec.to_dict(), "advise": asked, **store.environment_params()})
+    session = _Session(spec, d, order, parent, advice, spec.items_dir(root), progress, expired)
     status = "FAILED"
     try:
         session.run(chosen)
@@ -168,11 +162,11 @@ def advise(
 
 
 def _new_advice(
-    spec: ExperimentSpec, d: DatasetConfig, settings: dict[str, Any], under: Path, *, pilot_items: int
+    spec: ExperimentSpec, d: DatasetConfig, asked: dict[str, Any], under: Path, *, pilot_items: int
 ) -> Advice:
     """An empty answer with its directory in ``under`` (for the plot), named by the spec's fingerprint and
     advise's own settings."""
-    name = spec.fingerprint() + "-" + hashlib.sha256(json.dumps(settings, default=str).encode()).hexdigest()[:6]
+    name = spec.fingerprint() + "-" + hashlib.sha256(json.dumps(asked, default=str).encode()).hexdigest()[:6]
     run_dir = under / name
     run_dir.mkdir(parents=True, exist_ok=True)
     return Advice(
@@ -180,9 +174,9 @@ def _new_advice(
         dataset=d.name,
         split=d.split,
         signature=signature_for(d.name),
-        budget=settings["budget"],
-        budget_usd=settings.get("budget_usd"),
-        margin=settings["margin"],
+        budget=asked["budget"],
+        budget_usd=asked.get("budget_usd"),
+        margin=asked["margin"],
         alpha=spec.alpha,
         pilot_items=pilot_items,
         run_dir=run_dir,
@@ -254,12 +248,11 @@ class _Session:
                 batch_size=self.spec.batch_size,
                 expired=self.expired,
                 limit=self.limit,
-                kind="bounded" if self.spec.epochs > 1 and self.spec.reducer == "mean" else "binary",
+                kind=value_kind(self.spec.epochs, self.spec.reducer),
             )
             ending = rounds.run()
             a.pairs, a.pair_alpha = rounds.pair_outcomes(), rounds.pair_alpha
             a.recommended, a.resolved, a.how = ending.label, ending.resolved, ending.how
-            a.stopped_by_cost = rounds.stopped_by_cost
 
     def pilot(self, chosen: list[Candidate]) -> None:
         """Measure every candidate on the pilot's items, CoT first (its tokens and $ per item size k and N)."""
@@ -317,7 +310,7 @@ class _Session:
 
     def _not_measured(self) -> str:
         if self.limit.reached:
-            return f"not measured: max_cost ${self.limit.max_cost:g} was reached first"
+            return f"not measured: max_cost {money(self.limit.max_cost, as_given=True)} was reached first"
         return "not measured: the timeout came first"
 
     def open(self, m: MethodConfig, out: CandidateOutcome | None = None) -> Evaluation | None:

@@ -9,20 +9,15 @@ from typing import Any
 from dspy_for.experiments.advisor.result import Advice, CandidateOutcome, dollars_per_item
 from dspy_for.experiments.comparison import ComparisonResult
 from dspy_for.experiments.core import MethodResult
+from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.reports import table as report
+from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.tracking import store
 
-__all__ = ["advice_lines", "advice_table", "frontier_figure", "log_advice", "spend_line"]
+__all__ = ["advice_lines", "advice_table", "frontier_figure", "log_advice"]
 
 HEADER = ["candidate", "status", "n", "acc % [95% CI]", "tok/item", "why"]
 COST = "$/item"  # after tok/item, when any candidate's LMs are priced
-
-
-def dollars(value: float | None) -> str:
-    """USD as the tables show it; '-' when not priced (absent, never $0)."""
-    if value is None:
-        return "-"
-    return f"${value:.2g}" if 0 < value < 0.01 else f"${value:,.2f}"
 
 
 def _priced(advice: Advice) -> bool:
@@ -58,7 +53,7 @@ def advice_table(advice: Advice) -> list[list[str]]:
         n = "-" if r is None else str(r.n_scored) + (f" +{r.n_failed}✗" if r.n_failed else "")
         tokens = f"{r.tokens_per_item:,.0f}" if r is not None and r.n_scored else "-"
         label = c.label + (f" ({_options(c.options)})" if c.options else "")
-        cost = [dollars(dollars_per_item(r))] if priced else []
+        cost = [money(dollars_per_item(r))] if priced else []
         rows.append([label, c.status, n, _acc(c), tokens, *cost, c.reason or c.sized])
     return rows
 
@@ -70,10 +65,11 @@ def _table_text(head: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def advice_lines(advice: Advice) -> list[str]:
-    """The whole answer as text lines (what the CLI prints and ``advice.txt`` holds)."""
+def advice_lines(advice: Advice, *, spend: bool = True) -> list[str]:
+    """The whole answer as text lines (``advice.txt``; the CLI prints them, then the spend line as every run command
+    does: ``spend=False``)."""
     budgets = [f"budget {advice.budget:,.0f} tokens/item"] if advice.budget is not None else []
-    budgets += [f"budget ${advice.budget_usd:g}/item"] if advice.budget_usd is not None else []
+    budgets += [f"budget {money(advice.budget_usd, as_given=True)}/item"] if advice.budget_usd is not None else []
     budget = " · ".join(budgets) or "no budget"
     pairs = len(advice.pairs)
     level = f"α = {advice.alpha:g}" + (f" over {pairs} pair(s) ({advice.pair_alpha:.3g} each)" if pairs else "")
@@ -95,7 +91,7 @@ def advice_lines(advice: Advice) -> list[str]:
         lines.append(
             f"  accuracy {100 * r.accuracy:.1f}% [{100 * lo:.1f}–{100 * hi:.1f}] ({_interval(r)} 95%) at "
             f"{r.tokens_per_item:,.0f} tokens/item"
-            + (f" and {dollars(cost)}/item" if cost is not None else "")
+            + (f" and {money(cost)}/item" if cost is not None else "")
             + f" over {r.n_scored} item(s)"
             + (f", {r.epochs} epochs each ({r.reducer})" if r.epochs > 1 else "")
         )
@@ -106,8 +102,8 @@ def advice_lines(advice: Advice) -> list[str]:
             )
         if advice.budget_usd is not None and cost is not None and cost > advice.budget_usd:
             lines.append(
-                f"  note: over all its items it cost {dollars(cost)}/item, over the budget ${advice.budget_usd:g}/item "
-                "(the pilot measured it within)"
+                f"  note: over all its items it cost {money(cost)}/item, over the budget "
+                f"{money(advice.budget_usd, as_given=True)}/item (the pilot measured it within)"
             )
         runner = advice.runner_up
         vs = advice.pair(rec.label, runner) if runner else None
@@ -124,22 +120,9 @@ def advice_lines(advice: Advice) -> list[str]:
     for error, count in advice.item_errors().most_common():
         lines.append(f"{count} item(s) failed: {error}")
     lines += [f"{label} could not run: {err}" for label, err in advice.could_not_run.items()]
-    lines += [line] if (line := spend_line(advice)) else []
+    if spend and advice.spend is not None and advice.spend.max_cost is not None:
+        lines.append(advice.spend.line())
     return lines
-
-
-def spend_line(advice: Advice) -> str:
-    """What the session spent of its ``max_cost`` and, when that stopped it, how to resume ('' without one)."""
-    s = advice.spend
-    if s is None or s.max_cost is None:
-        return ""
-    line = f"spent ${s.spent:.4f} of max_cost ${s.max_cost:g}"
-    if advice.stopped_by_cost:
-        line += (
-            f": reached, advise stopped before it settled ({s.not_started} item(s) not started); run the same "
-            "command with a higher `--max-cost` to resume (what finished is reused)"
-        )
-    return line
 
 
 def _pilot_line(advice: Advice) -> str:
@@ -147,13 +130,13 @@ def _pilot_line(advice: Advice) -> str:
     line = f"pilot: the first {advice.pilot_items} item(s) of the seeded order measure each candidate's {what}"
     if advice.cot_tokens is None:
         return line
-    cost = f", {dollars(advice.cot_cost)}/item" if advice.cot_cost is not None and _priced(advice) else ""
+    cost = f", {money(advice.cot_cost)}/item" if advice.cot_cost is not None and _priced(advice) else ""
     return f"{line} (CoT: {advice.cot_tokens:,.0f}{cost})"
 
 
 def _interval(r: MethodResult) -> str:
     """The accuracy interval's name: over items as clusters when epochs are averaged, else Wilson's."""
-    return "clustered" if r.epochs > 1 and r.reducer == "mean" else "Wilson"
+    return "clustered" if value_kind(r.epochs, r.reducer) == "bounded" else "Wilson"
 
 
 def frontier_figure(advice: Advice) -> Any:

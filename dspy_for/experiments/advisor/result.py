@@ -4,16 +4,16 @@ recommendation and how it was reached, and the Python line that builds it."""
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dspy_for.experiments.core import MethodResult, SpendLimit
+from dspy_for.experiments.core.records import Outcome
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.stats import SequentialResult
 
-__all__ = ["Advice", "CandidateOutcome", "PairOutcome", "dollars_per_item", "flipped"]
+__all__ = ["Advice", "CandidateOutcome", "CandidatePair", "dollars_per_item", "flipped"]
 
 # a candidate's fate
 RECOMMENDED = "recommended"
@@ -77,9 +77,11 @@ class CandidateOutcome:
 
 
 @dataclass(frozen=True)
-class PairOutcome:
-    """The anytime-valid paired test of ``a`` against ``b`` (``result.diff`` = accuracy of a − b) on the items both
-    scored after the pilot, as it stood when the rounds ended or when one of them left."""
+class CandidatePair:
+    """The anytime-valid paired test of candidate ``a`` against candidate ``b`` (``result.diff`` = accuracy of a − b)
+    on the items both scored after the pilot, as it stood when the rounds ended or when one of them left. (A
+    comparison tests each method against its baseline:
+    :class:`~dspy_for.experiments.sequential.BaselinePair`.)"""
 
     a: str
     b: str
@@ -90,8 +92,9 @@ class PairOutcome:
 
 
 @dataclass
-class Advice:
-    """The answer of :func:`~dspy_for.experiments.advise`: which method to run, with its evidence."""
+class Advice(Outcome):
+    """The answer of :func:`~dspy_for.experiments.advise` (a :class:`~dspy_for.experiments.core.outcome.RunOutcome`):
+    which method to run, with its evidence."""
 
     spec: ExperimentSpec
     dataset: str
@@ -102,7 +105,7 @@ class Advice:
     alpha: float
     budget_usd: float | None = None  # USD per item (`--budget-usd`)
     candidates: list[CandidateOutcome] = field(default_factory=list)
-    pairs: list[PairOutcome] = field(default_factory=list)
+    pairs: list[CandidatePair] = field(default_factory=list)
     pair_alpha: float | None = None  # each pair's level: alpha / pairs (Bonferroni)
     recommended: str | None = None
     resolved: bool = False
@@ -112,7 +115,6 @@ class Advice:
     cot_tokens: float | None = None  # CoT's tokens per item on the pilot (what k and N were sized from)
     cot_cost: float | None = None  # CoT's USD per item on the pilot (None: unpriced or not measured)
     spend: SpendLimit | None = None  # what the session spent, against its ``max_cost``
-    stopped_by_cost: bool = False  # ``max_cost`` was reached before the session settled (a re-run resumes)
     python_line: str | None = None
     run_id: str | None = None
     run_dir: Path | None = None
@@ -126,13 +128,13 @@ class Advice:
     def recommendation(self) -> CandidateOutcome | None:
         return self.outcome(self.recommended) if self.recommended else None
 
-    def pair(self, a: str, b: str) -> PairOutcome | None:
+    def pair(self, a: str, b: str) -> CandidatePair | None:
         """The test of ``a`` against ``b`` (turned around when it was run as ``b`` against ``a``)."""
         for p in self.pairs:
             if (p.a, p.b) == (a, b):
                 return p
             if (p.a, p.b) == (b, a):
-                return PairOutcome(a, b, flipped(p.result))
+                return CandidatePair(a, b, flipped(p.result))
         return None
 
     @property
@@ -148,16 +150,8 @@ class Advice:
         best = max(others, key=lambda c: (c.result.accuracy, -c.result.tokens_per_item))  # type: ignore[union-attr]
         return best.label
 
-    def item_errors(self) -> Counter[str]:
-        total: Counter[str] = Counter()
-        for c in self.candidates:
-            if c.result is not None:
-                total.update(c.result.error_counts())
-        return total
-
-    @property
-    def n_failed(self) -> int:
-        return sum(c.result.n_failed for c in self.candidates if c.result is not None)
+    def method_results(self) -> list[MethodResult]:
+        return [c.result for c in self.candidates if c.result is not None]
 
     @property
     def could_not_run(self) -> dict[str, str]:

@@ -34,10 +34,11 @@ from dspy_for.experiments.advisor.result import (
     RUNNING,
     WORSE,
     CandidateOutcome,
-    PairOutcome,
+    CandidatePair,
     flipped,
 )
 from dspy_for.experiments.core import Evaluation, MethodResult, SpendLimit
+from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import paired_sequence
 from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
 
@@ -90,7 +91,6 @@ class Rounds:
         self.outcomes = {c.label: c for c in outcomes}
         self.evaluations, self.order = evaluations, list(order)
         self.margin, self.batch_size, self.expired, self.limit = margin, batch_size, expired, limit
-        self.stopped_by_cost = False  # the rounds ended unresolved because ``limit`` was reached
         labels = [c.label for c in outcomes if c.status == RUNNING]
         self.pairs = list(combinations(labels, 2))
         self.pair_alpha = split_alpha(alpha, len(self.pairs)) if self.pairs else None
@@ -116,8 +116,8 @@ class Rounds:
     def out_of_money(self) -> bool:
         return self.limit is not None and self.limit.reached
 
-    def pair_outcomes(self) -> list[PairOutcome]:
-        return [PairOutcome(a, b, self.tests[(a, b)].result) for a, b in self.pairs]
+    def pair_outcomes(self) -> list[CandidatePair]:
+        return [CandidatePair(a, b, self.tests[(a, b)].result) for a, b in self.pairs]
 
     # ------------------------------------------------------------------------------------------ run
 
@@ -130,8 +130,10 @@ class Rounds:
         start = 0
         while ending is None and start < len(self.order) and not self.expired() and not self.out_of_money:
             batch = self.order[start : start + self.batch_size]
-            for c in self.active:
+            active = self.active
+            for i, c in enumerate(active):
                 if self.expired() or self.out_of_money:  # the others' items of this batch stay unpaired
+                    self._left_out(len(batch) * (len(active) - i))
                     break
                 self.evaluations[c.label].feed(batch, stop=lambda _r: self.expired(), limit=self.limit)
                 c.result = self.result(c.label)
@@ -140,7 +142,14 @@ class Rounds:
             ending = self._settled()
             left = ", ".join(c.label for c in self.active)
             logger.info("after %d item(s) past the pilot: in the running: %s", start, left or "none")
+        if ending is None:
+            self._left_out((len(self.order) - start) * len(self.active))
         return ending or self._unresolved(start)
+
+    def _left_out(self, items: int) -> None:
+        """``items`` the rounds would have run, had ``max_cost`` not been reached."""
+        if self.limit is not None and self.out_of_money:
+            self.limit.not_started += items
 
     def _update(self, seen: Sequence[dspy.Example]) -> None:
         """New paired items into every open pair's test; drop what is resolved worse."""
@@ -200,15 +209,14 @@ class Rounds:
 
     def _unresolved(self, used: int) -> Ending:
         limit = self.limit
-        if limit is not None and limit.reached and (used < len(self.order) or limit.not_started > 0):
-            self.stopped_by_cost = True
         active = [c for c in self.active if c.measured]
         if not active:
             return self._nothing_left()
         top = leader(active)
-        if self.stopped_by_cost and limit is not None:
-            why = f"max_cost ${limit.max_cost:g} was reached (${limit.spent:.4f} spent) " + (
-                "on the pilot" if not used else f"after {used} item(s) past the pilot"
+        if limit is not None and limit.stopped:
+            why = (
+                f"max_cost {money(limit.max_cost, as_given=True)} was reached ({money(limit.total, decimals=4)} spent) "
+                + ("on the pilot" if not used else f"after {used} item(s) past the pilot")
             )
             return Ending(top.label, False, f"unresolved: {why}; {top.label} leads, not yet resolved best")
         why = "the timeout" if self.expired() else "the last item (`max_items` or the end of the data)"

@@ -24,7 +24,7 @@ from dspy_for.experiments.spec.config import Overrides, apply_overrides
 from dspy_for.experiments.spec.model import (
     DatasetConfig,
     ExperimentSpec,
-    LMSpec,
+    LMLike,
     MethodConfig,
     ProgramSpec,
     RunSpec,
@@ -66,7 +66,7 @@ class PreparedRun:
         return get_method(self.method.name).roles
 
 
-def role_lm(spec: RunSpec, lm: LMSpec, role_name: str | None, temperature: float | None = None) -> dspy.BaseLM:
+def role_lm(spec: RunSpec, lm: LMLike, role_name: str | None, temperature: float | None = None) -> dspy.BaseLM:
     """The one place a run builds an LM: ``lm`` (a spec string, or a user's LM object, whose requests then travel
     through the endpoint's shared limit and retries: :func:`~dspy_for.lm.with_transport`) with the run's
     ``max_tokens`` (at least :data:`~dspy_for.lm.factory.REASONING_MAX_TOKENS` for a reasoning model), cache and the
@@ -82,7 +82,7 @@ def build_lms(
     """The LM of every role of ``method`` (and the run's default LM), each built once per distinct setting."""
     built: dict[str, dspy.BaseLM] = {}
 
-    def make(lm: LMSpec, role_name: str | None) -> dspy.BaseLM:
+    def make(lm: LMLike, role_name: str | None) -> dspy.BaseLM:
         options = spec.lm_options_for(role_name) if role_name else spec.lm_options
         key = json.dumps([lm if isinstance(lm, str) else id(lm), options], sort_keys=True, default=str)
         if key not in built:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dspy_for.datasets import content_key
 from dspy_for.experiments.spec.model import ExperimentSpec
+from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.lm.usage import Usage
 from dspy_for.secrets import needs_redaction, redact, redact_obj
 from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epochs, spread
@@ -31,7 +32,7 @@ from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epoc
 if TYPE_CHECKING:
     from dspy_for.experiments.core.spend import SpendLimit
 
-__all__ = ["ComparisonResult", "ItemResult", "MethodResult", "record_key"]
+__all__ = ["ComparisonResult", "ItemResult", "MethodResult", "Outcome", "record_key"]
 
 
 @dataclass
@@ -46,7 +47,7 @@ class ItemResult:
     trajectory: list[dict[str, Any]] | None = None
     answers_by_round: list[dict[str, Any]] | None = None
     stats: dict[str, float] = field(default_factory=dict)
-    wall_time: float = 0.0
+    wall_time: float = 0.0  # seconds the method took on this item (its call, start to end; not the metric, the judge)
     error_class: str | None = None  # failed items: the exception's class (APIConnectionError, Timeout, ...)
     unparsed: bool = False  # the method answered but its output could not be parsed (scored 0)
     # the judge's verdict ({correct, method: judge|rule, reasoning, coherence, holistic, error, lm}) and what
@@ -180,7 +181,7 @@ class MethodResult:
         scores = self.scores
         if not scores:
             return math.nan, math.nan
-        if self.epochs > 1 and self.reducer == "mean":
+        if value_kind(self.epochs, self.reducer) == "bounded":
             return clustered_interval(scores)[1:]
         _, lo, hi = mean_with_ci(scores)
         return lo, hi
@@ -206,6 +207,15 @@ class MethodResult:
     @property
     def calls_per_item(self) -> float:
         return self.per_item("calls")
+
+    @property
+    def seconds_per_item(self) -> float:
+        """The method's own time per scored record: the mean of each record's ``wall_time`` (its call on the item,
+        start to end, as it ran; a reused record keeps its time). Records run side by side overlap, so these do not
+        add up to the run's wall time; NaN (absent) when nothing was scored."""
+        if not self.scored:
+            return math.nan
+        return sum(i.wall_time for i in self.scored) / self.n_answers
 
     @property
     def cost_per_item(self) -> float:
@@ -252,10 +262,45 @@ def _merged(usages: Iterable[dict[str, dict[str, float]]]) -> Usage:
     return total
 
 
+class Outcome:
+    """What the outcome of ``compare`` and of ``advise`` count alike over their methods' records
+    (:meth:`method_results`): the items scored, failed and unparsed, each distinct error, and whether ``max_cost``
+    left items out (the shared part of :class:`~dspy_for.experiments.core.outcome.RunOutcome`)."""
+
+    spend: SpendLimit | None
+
+    def method_results(self) -> list[MethodResult]:
+        raise NotImplementedError
+
+    @property
+    def n_scored(self) -> int:
+        return sum(r.n_scored for r in self.method_results())
+
+    @property
+    def n_failed(self) -> int:
+        return sum(r.n_failed for r in self.method_results())
+
+    @property
+    def n_unparsed(self) -> int:
+        return sum(r.n_unparsed for r in self.method_results())
+
+    @property
+    def stopped_by_cost(self) -> bool:
+        """``max_cost`` was reached with items left out (a later run resumes them)."""
+        return self.spend is not None and self.spend.stopped
+
+    def item_errors(self) -> Counter[str]:
+        """Each distinct item error (secrets masked) with how many items it failed."""
+        total: Counter[str] = Counter()
+        for r in self.method_results():
+            total.update(r.error_counts())
+        return total
+
+
 @dataclass
-class ComparisonResult:
-    """What ``compare`` returns: every method's records per dataset, methods that could not run, the summary rows,
-    the MLflow parent run and the plots."""
+class ComparisonResult(Outcome):
+    """What ``compare`` returns (a :class:`~dspy_for.experiments.core.outcome.RunOutcome`): every method's records
+    per dataset, methods that could not run, the summary rows, the MLflow parent run and the plots."""
 
     spec: ExperimentSpec
     results: dict[str, dict[str, MethodResult]] = field(default_factory=dict)  # dataset -> label -> result
@@ -267,26 +312,12 @@ class ComparisonResult:
     sequential: list[dict[str, Any]] = field(default_factory=list)  # a sequential comparison's pairs (their rows)
     spend: SpendLimit | None = None  # what the run spent, against its ``max_cost``
 
-    def item_errors(self) -> Counter[str]:
-        """Each distinct item error across the comparison (secrets masked) with its count."""
-        total: Counter[str] = Counter()
-        for by_label in self.results.values():
-            for r in by_label.values():
-                total.update(r.error_counts())
-        return total
-
-    @property
-    def n_failed(self) -> int:
-        return sum(r.n_failed for by_label in self.results.values() for r in by_label.values())
+    def method_results(self) -> list[MethodResult]:
+        return [r for by_label in self.results.values() for r in by_label.values()]
 
     @property
     def judge_errors(self) -> int:
-        return sum(r.judge_errors for by_label in self.results.values() for r in by_label.values())
-
-    @property
-    def stopped_by_cost(self) -> bool:
-        """``max_cost`` was reached: items were left out (a later run resumes them)."""
-        return self.spend is not None and self.spend.reached and self.spend.not_started > 0
+        return sum(r.judge_errors for r in self.method_results())
 
     @property
     def ok(self) -> bool:

@@ -96,7 +96,7 @@ class Evaluation:
         ``stop`` (or once ``limit`` is reached), no item starts once it returns True: what landed stays, items
         already running on other threads finish and land too (their tokens are spent), what did not start is left
         out."""
-        return feed_together([Feed(self, examples, stop)], threads=self.run.spec.num_threads, limit=limit)[0]
+        return feed_together([Feed(self, examples, stop)], num_threads=self.run.spec.num_threads, limit=limit)[0]
 
     def _plan(self, examples: Iterable[dspy.Example], stop: StopRule | None) -> _Plan:
         """Land the stored records of ``examples`` (every epoch of each: reused) and return what is left to run."""
@@ -232,8 +232,10 @@ class _Plan:
         return not self.halt.is_set() and not (limit is not None and limit.reached)
 
 
-def feed_together(feeds: Sequence[Feed], *, threads: int, limit: SpendLimit | None = None) -> list[list[ItemResult]]:
-    """Several evaluations' items on one pool of ``threads`` workers: their items interleaved (one of each in turn),
+def feed_together(
+    feeds: Sequence[Feed], *, num_threads: int, limit: SpendLimit | None = None
+) -> list[list[ItemResult]]:
+    """Several evaluations' items on one pool of ``num_threads`` workers: their items interleaved (one of each in turn),
     so methods run side by side and a comparison takes about as long as its slowest method, while each endpoint's
     load is kept right by its shared limit (:mod:`dspy_for.lm.transport`). Each record lands, in this thread, in its
     own evaluation's sinks as it finishes; a feed's ``stop`` rule stops its items only, ``limit`` every feed's. With
@@ -241,7 +243,7 @@ def feed_together(feeds: Sequence[Feed], *, threads: int, limit: SpendLimit | No
     feed's records (those of :meth:`Evaluation.feed`)."""
     with interruptible():
         plans = [f.evaluation._plan(f.examples, f.stop) for f in feeds]
-        for plan, record, calls in _stream(plans, threads, limit):
+        for plan, record, calls in _stream(plans, num_threads, limit):
             ev = plan.evaluation
             ev._land(record, calls, reused=False)
             if limit is not None:
@@ -258,17 +260,17 @@ def feed_together(feeds: Sequence[Feed], *, threads: int, limit: SpendLimit | No
 _Done = tuple[_Plan, ItemResult, list[CallRecord]]
 
 
-def _stream(plans: list[_Plan], threads: int, limit: SpendLimit | None) -> Iterator[_Done]:
+def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None) -> Iterator[_Done]:
     """Each item's (plan, record, LM calls) as it finishes (see :func:`feed_together`). Once a plan halts (or the
     limit is reached) none of its items starts; items already running are still yielded as they finish."""
-    if threads <= 1 or sum(len(p.fresh) for p in plans) <= 1:
+    if num_threads <= 1 or sum(len(p.fresh) for p in plans) <= 1:
         for plan in plans:
             for unit in plan.fresh:
                 if not plan.may_start(limit):
                     break
                 yield (plan, *plan.evaluation._run_item(unit))
         return
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dspy-for-item")
+    pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="dspy-for-item")
     todo = _interleaved(plans)
     pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
 
@@ -278,7 +280,7 @@ def _stream(plans: list[_Plan], threads: int, limit: SpendLimit | None) -> Itera
                 pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, unit)] = plan
                 return
 
-    for _ in range(threads):
+    for _ in range(num_threads):
         start_next()
     try:
         while pending:

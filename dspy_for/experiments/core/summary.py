@@ -49,7 +49,10 @@ class Summary:
     answers: int
     spread: dict[str, float] | None  # how the epochs disagree (:class:`~dspy_for.stats.Spread`); None without repeats
     calls: int
-    wall_time: float  # including the original time of reused records
+    #: the method's own seconds per scored answer (each record's call on its item, as it ran: a reused record keeps
+    #: its time); comparable across methods that share one pool, where ``wall_time`` is not
+    seconds_per_item: float | None
+    wall_time: float  # the run's (its pool's, shared by the methods run side by side), plus reused records' own
     reused_time: float
     stats: dict[str, float]
     errors: dict[str, int]
@@ -82,6 +85,7 @@ class Summary:
             "failed_items": float(self.failed),
             "unparsed_items": float(self.unparsed),
             "wall_time": self.wall_time,
+            "seconds_per_item": float(self.seconds_per_item or 0.0),
             "tokens_per_item": float(self.tokens_per_item or 0.0),
             "calls_per_item": float(self.calls_per_item or 0.0),
         }
@@ -170,6 +174,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         answers=result.n_answers,
         spread=asdict(spread) if (spread := result.spread()) is not None else None,
         calls=total.calls,
+        seconds_per_item=result.seconds_per_item if measured else None,
         wall_time=result.wall_time + result.reused_time,
         reused_time=result.reused_time,
         stats=result.stats_mean,

@@ -1,12 +1,15 @@
 """The sweep's report: one row per trial (state, params, values, tokens/item; * = best) and the final test's line —
-pure functions of a :class:`~dspy_for.experiments.sweeps.sweep.SweepResult`-shaped study and final-test row."""
+pure functions of a :class:`~dspy_for.experiments.sweeps.sweep.SweepResult`'s study and final test."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.sweeps.sweep import FinalTest
 
 __all__ = ["final_test_line", "trials_table"]
 
@@ -30,15 +33,12 @@ def trials_table(study: Any, title: str) -> Table:
     return t
 
 
-def final_test_line(ft: dict[str, Any]) -> str:
+def final_test_line(ft: FinalTest) -> str:
     """The final test's counts and, when anything was scored, its accuracy with CI and cost."""
-    scored = (
-        f"accuracy {ft['accuracy']:.1%} [{ft['ci_low']:.1%}, {ft['ci_high']:.1%}], "
-        f"{ft['tokens_per_item']:.0f} tokens/item"
-        if ft["n"]
-        else "nothing scored"
-    )
-    return (
-        f"final test ({ft['n']} scored, {ft['failed']} failed, {ft['unparsed']} unparsed) with "
-        f"{escape(str(ft['params']))}: {scored}"
-    )
+    s = ft.summary
+    scored = "nothing scored"
+    if s.n and s.accuracy is not None and s.ci_low is not None and s.ci_high is not None:
+        scored = f"accuracy {s.accuracy:.1%} [{s.ci_low:.1%}, {s.ci_high:.1%}], {s.tokens_per_item:.0f} tokens/item"
+    left = f", {ft.not_started} not started (max_cost)" if ft.not_started else ""
+    counts = f"{s.n} scored, {s.failed} failed, {s.unparsed} unparsed{left}"
+    return f"final test ({counts}) with {escape(str(ft.params))}: {scored}"

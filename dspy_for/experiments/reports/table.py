@@ -4,12 +4,15 @@ tables and plot come from :mod:`.report_judge`."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.core.summary import summarize
 from dspy_for.experiments.reports.diagnostics import diagnostics_text, method_diagnostics, round_accuracy
 from dspy_for.experiments.reports.judge import (
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
     from dspy_for.experiments.core.records import ComparisonResult
 
 __all__ = [
+    "COLUMNS",
+    "Column",
     "detail_lines",
     "error_lines",
     "figures",
@@ -57,54 +62,65 @@ def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
     return rows
 
 
-_HEADER = ["method", "n", "acc % [95% CI]", "Δ pts", "tok/item", "time"]
-_COST = "$/item"
+@dataclass(frozen=True)
+class Column:
+    """One per-method column of the comparison table, after method, n and accuracy: its header, its cell for a
+    measured row (``cell(row, baseline)``) and whether the table shows it (``shown(rows)``)."""
+
+    header: str
+    cell: Callable[[dict[str, Any], str | None], str]
+    shown: Callable[[list[dict[str, Any]]], bool] = lambda rows: True
+
+
+def _priced(rows: list[dict[str, Any]]) -> bool:
+    """Dollars are shown when any method's LM calls cost something (a run on local models, all $0, shows none)."""
+    return any((r.get("cost_per_item") or 0) > 0 for r in rows)
+
+
+def _delta(row: dict[str, Any], baseline: str | None) -> str:
+    if row["method"] == baseline:
+        return "(baseline)"
+    if row["delta"] is None:
+        return "-"
+    return f"{100 * row['delta']:+.1f} ({format_p_value(row['p_value'])})"
+
+
+def _seconds(row: dict[str, Any], baseline: str | None) -> str:
+    value = row.get("seconds_per_item")
+    if value is None:
+        return "-"
+    text = f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+    return text + ("*" if row.get("reused_time") else "")
+
+
+#: the per-method columns, in order (add one to show a new per-method number)
+COLUMNS: list[Column] = [
+    Column("Δ pts", _delta),
+    Column("tok/item", lambda row, _: f"{row['tokens_per_item']:,.0f}"),
+    Column("$/item", lambda row, _: money(row.get("cost_per_item")), shown=_priced),
+    Column("s/item", _seconds),
+]
+_LEAD = ["method", "n", "acc % [95% CI]"]
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[Column]:
+    return [c for c in COLUMNS if c.shown(rows)]
 
 
 def _header(rows: list[dict[str, Any]]) -> list[str]:
-    """The table's columns: ``$/item`` after ``tok/item`` when any method's LM calls cost something."""
-    if not any((r.get("cost_per_item") or 0) > 0 for r in rows):
-        return _HEADER
-    return [*_HEADER[:5], _COST, _HEADER[5]]
+    return [*_LEAD, *(c.header for c in _columns(rows))]
 
 
-def _dollars(value: float | None) -> str:
-    if value is None:
-        return "-"  # not priced: absent, never $0
-    return f"${value:.2g}" if 0 < value < 0.01 else f"${value:,.2f}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 100:
-        return f"{seconds:.0f}s"
-    if seconds < 6000:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _fmt_row(row: dict[str, Any], baseline: str | None, header: list[str] = _HEADER) -> list[str]:
-    cells = _cells(row, baseline)
-    if _COST in header:
-        cells.insert(5, _dollars(row.get("cost_per_item")) if row.get("accuracy") is not None else "")
-    return cells
-
-
-def _cells(row: dict[str, Any], baseline: str | None) -> list[str]:
+def _fmt_row(row: dict[str, Any], baseline: str | None, columns: list[Column]) -> list[str]:
+    blank = [""] * len(columns)
     if "error" in row:
-        return [row["method"], "-", "FAILED (could not run)", "", "", ""]
+        return [row["method"], "-", "FAILED (could not run)", *blank]
     n = str(row["n"]) + (f"×{row['epochs']}" if row.get("epochs", 1) > 1 else "")
     n += f" +{row['failed']}✗" if row["failed"] else ""
     if row["accuracy"] is None:
-        return [row["method"], n, "FAILED (every item)", "", "", ""]
+        return [row["method"], n, "FAILED (every item)", *blank]
     acc = f"{100 * row['accuracy']:.1f} [{100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f}]"
-    if row["method"] == baseline:
-        delta = "(baseline)"
-    elif row["delta"] is None:
-        delta = "-"
-    else:
-        delta = f"{100 * row['delta']:+.1f} ({format_p_value(row['p_value'])})"
-    time_ = _duration(row["wall_time"]) + ("*" if row.get("reused_time") else "")
-    return [row["method"], n, acc, delta, f"{row['tokens_per_item']:,.0f}", time_]
+    return [row["method"], n, acc, *(c.cell(row, baseline) for c in columns)]
 
 
 def legend(result: ComparisonResult) -> str:
@@ -124,7 +140,7 @@ def legend(result: ComparisonResult) -> str:
             if floor is not None
             else f"; n={sizes[0]} is too few for any Δ to reach p<0.05"
         )
-    if any((r.get("cost_per_item") or 0) > 0 for r in rows):
+    if _priced(rows):
         text += (
             "; $/item: USD per scored item at litellm's prices (or the LM's `price`), cache hits at their original "
             "cost; '-': an LM without a price"
@@ -140,8 +156,12 @@ def legend(result: ComparisonResult) -> str:
         )
     if any(r["failed"] for r in rows):
         text += "; +N✗: answers that failed (LM errors), left out of accuracy and tokens"
+    text += (
+        "; s/item: seconds of the method's own call per scored answer, as it ran (items run side by side overlap, "
+        "so these do not add up to the run's time)"
+    )
     if any(r.get("reused_time") for r in rows):
-        text += "; time*: includes results reused from an earlier run"
+        text += "; s/item*: includes results reused from an earlier run, at the time they took then"
     return text + "."
 
 
@@ -210,8 +230,9 @@ def error_lines(result: ComparisonResult) -> list[str]:
 def table_text(result: ComparisonResult) -> str:
     out = []
     for dataset in result.results:
-        header = _header([r for r in result.rows if r["dataset"] == dataset])
-        rows = [_fmt_row(r, result.spec.baseline, header) for r in result.rows if r["dataset"] == dataset]
+        mine = [r for r in result.rows if r["dataset"] == dataset]
+        header, columns = _header(mine), _columns(mine)
+        rows = [_fmt_row(r, result.spec.baseline, columns) for r in mine]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
         out.append(f"== {dataset} ==")
         out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
@@ -234,12 +255,7 @@ def table_text(result: ComparisonResult) -> str:
 def spend_lines(result: ComparisonResult) -> list[str]:
     """What the run spent against its ``max_cost``, and what it left out when it reached it."""
     spend = result.spend
-    if spend is None or spend.max_cost is None:
-        return []
-    line = f"spent ${spend.spent:.4f} of max_cost ${spend.max_cost:g}"
-    if result.stopped_by_cost:
-        line += f": reached, {spend.not_started} item(s) not started (run again to resume them, with a higher max_cost)"
-    return [line]
+    return [spend.line()] if spend is not None and spend.max_cost is not None else []
 
 
 def rich_tables(result: ComparisonResult) -> list[Any]:
@@ -248,12 +264,11 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
         t = Table(
             title=f"{dataset} — baseline: {result.spec.baseline}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False
         )
-        header = _header([r for r in result.rows if r["dataset"] == dataset])
-        for h in header:
+        mine = [r for r in result.rows if r["dataset"] == dataset]
+        for h in _header(mine):
             t.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
-        for r in result.rows:
-            if r["dataset"] == dataset:
-                t.add_row(*_fmt_row(r, result.spec.baseline, header))
+        for r in mine:
+            t.add_row(*_fmt_row(r, result.spec.baseline, _columns(mine)))
         # plain text, never rich markup: a diagnostics line's "[round 1, ...]" would read as a markup tag and vanish
         t.caption = Text(
             "\n".join([legend(result), *detail_lines(result, dataset), *sequential_lines(result, dataset)])

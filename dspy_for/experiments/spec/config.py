@@ -9,7 +9,7 @@ Comparison config layout (see ``experiments/*.toml``)::
     role_lm_options = { host = { api_base = "http://gpu-box:8000/v1" } }
     max_tokens = 1024
     seed = 0
-    num_threads = 1
+    num_threads = 1                    # a run setting: see spec/settings.py for them all
     baseline = "cot"                   # label the table's Δ and paired p-values refer to
     match_budget = false
     results_dir = "experiments/results/my_run"   # per-item results (resume); default mlruns/compare/items
@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,13 +46,15 @@ from dspy_for.experiments.spec.model import (
     DatasetConfig,
     ExperimentSpec,
     JudgeConfig,
-    LMSpec,
+    LMLike,
     MethodConfig,
     RunSpec,
 )
+from dspy_for.experiments.spec.settings import SETTINGS, check_settings, settings_for
 from dspy_for.secrets import is_secret_key
 
 __all__ = [
+    "DEFAULT_METHODS",
     "Overrides",
     "apply_overrides",
     "load_spec",
@@ -63,6 +65,7 @@ __all__ = [
     "parse_role_lms",
     "parse_value",
     "read_toml",
+    "split_settings",
     "task_dataset",
 ]
 
@@ -73,11 +76,11 @@ def check_keys(section: str, data: Mapping[str, Any], allowed: Iterable[str]) ->
         raise ConfigError(f"Unknown key `{unknown[0]}` in {section}. Allowed keys: {', '.join(sorted(allowed))}.")
 
 
-def parse_dataset(data: Mapping[str, Any], where: str, defaults: Mapping[str, Any] | None = None) -> DatasetConfig:
+def parse_dataset(data: Mapping[str, Any], where: str) -> DatasetConfig:
     check_keys(where, data, [f.name for f in fields(DatasetConfig)])
     if "name" not in data:
         raise ConfigError(f'{where} needs a `name` (e.g. name = "gsm8k").')
-    return DatasetConfig(**{**(defaults or {}), **data})
+    return DatasetConfig(**data)
 
 
 def parse_judge(data: Mapping[str, Any] | None, where: str) -> JudgeConfig | None:
@@ -87,9 +90,19 @@ def parse_judge(data: Mapping[str, Any] | None, where: str) -> JudgeConfig | Non
     return JudgeConfig(**data)
 
 
+def split_settings(data: dict[str, Any], spec_class: type[RunSpec], where: str) -> dict[str, Any]:
+    """Take the run settings out of a config's top-level ``data`` (checked by their declarations: see
+    :mod:`~dspy_for.experiments.spec.settings`) and check that every key left is one of ``spec_class``'s own."""
+    given = {k: data.pop(k) for k in list(data) if k in SETTINGS}
+    settings = check_settings(given, spec_class.COMMAND, f" from {where}")
+    own = [f.name for f in fields(spec_class) if f.name not in SETTINGS]
+    check_keys(where, data, [*own, *(s.name for s in settings_for(spec_class.COMMAND))])
+    return settings
+
+
 def _parse(data: dict[str, Any], where: str) -> ExperimentSpec:
-    check_keys(where, data, [f.name for f in fields(ExperimentSpec)])
     data = copy.deepcopy(data)
+    settings = split_settings(data, ExperimentSpec, where)
     datasets = [parse_dataset(d, f"{where} [[datasets]] #{i + 1}") for i, d in enumerate(data.pop("datasets", []))]
     methods = []
     for i, m in enumerate(data.pop("methods", [])):
@@ -98,34 +111,27 @@ def _parse(data: dict[str, Any], where: str) -> ExperimentSpec:
             raise ConfigError(f'{where} [[methods]] #{i + 1} needs a `name` (e.g. name = "cot").')
         methods.append(MethodConfig(**m))
     judge = parse_judge(data.pop("judge", None), where)
-    return ExperimentSpec(datasets=datasets, methods=methods, judge=judge, **data)
+    return ExperimentSpec(datasets=datasets, methods=methods, judge=judge, **data, **settings)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Overrides:
-    """Flag-style changes to a spec, one typed field per flag (None: not given). The CLI builds one from its
-    options; the Python API's keyword arguments (``compare(config, first=10)``) become one; both are applied by
-    :func:`apply_overrides`, so a flag means the same thing in every command."""
+    """Flag-style changes to a spec (None: not given): the LMs of its roles, its data and methods, and the run
+    ``settings`` given (name -> value, each a declared :class:`~dspy_for.experiments.spec.settings.Setting`). The
+    CLI builds one from its options; the Python API's keyword arguments (``compare(config, first=10,
+    num_threads=8)``) become one (:meth:`of`); both are applied by :func:`apply_overrides`, so a flag means the same
+    thing in every command."""
 
     # the LMs of every role and their options (the spec's own are merged, not replaced)
-    lm: LMSpec | None = None
-    role_lms: Mapping[str, LMSpec] | Sequence[str] | None = None  # {"debater": spec} or ["debater=spec", ...]
+    lm: LMLike | None = None
+    role_lms: Mapping[str, LMLike] | Sequence[str] | None = None  # {"debater": lm} or ["debater=model", ...]
     lm_options: Mapping[str, Any] | Sequence[str] | None = None  # {"timeout": 60} or ["timeout=60", ...]
     role_lm_options: Mapping[str, Mapping[str, Any]] | Sequence[str] | None = None  # or ["host:timeout=60", ...]
-    judge_lm: LMSpec | None = None  # sets (or replaces the LM of) the [judge]
+    judge_lm: LMLike | None = None  # sets (or replaces the LM of) the [judge]
     max_tokens: int | None = None
     cache: bool | None = None
     seed: int | None = None
-    num_threads: int | None = None
-    max_cost: float | None = None  # USD a run may spend
-    epochs: int | None = None  # repeats per item
-    reducer: str | None = None  # how an item's epochs make one value: mean, majority, pass_at_k
-    traces: bool | None = None  # one MLflow trace per item
-    # tracking and results
     experiment: str | None = None
-    tracking_uri: str | None = None
-    results_dir: str | None = None
-    autolog: bool | None = None
     # every dataset of the run
     data_dir: str | None = None
     split: str | None = None
@@ -143,35 +149,40 @@ class Overrides:
     n_trials: int | None = None
     storage: str | None = None
     study: str | None = None
+    #: the run settings given, by their declared names (checked against the spec's command when applied)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, overrides: Mapping[str, Any]) -> Overrides:
-        """Keyword arguments → :class:`Overrides`; an unknown name fails with the list of known ones."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(overrides) - known)
+        """Keyword arguments → :class:`Overrides` (run settings by their declared names); an unknown name fails with
+        the list of known ones."""
+        known = {f.name for f in fields(cls)} - {"settings"}
+        unknown = sorted(set(overrides) - known - set(SETTINGS))
         if unknown:
-            raise ConfigError(f"Unknown override `{unknown[0]}`. Allowed: {', '.join(sorted(known))}.")
-        return cls(**overrides)
+            allowed = ", ".join(sorted(known | set(SETTINGS)))
+            raise ConfigError(f"Unknown override `{unknown[0]}`. Allowed: {allowed}.")
+        return cls(
+            **{k: v for k, v in overrides.items() if k in known},
+            settings={k: v for k, v in overrides.items() if k in SETTINGS},
+        )
+
+    def compare_only(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "data": self.data,
+            "methods": self.methods,
+            "baseline": self.baseline,
+            "match_budget": self.match_budget,
+            "sequential": self.sequential,
+            "max_items": self.max_items,
+        }
+
+    def sweep_only(self) -> dict[str, Any]:
+        return {"n_trials": self.n_trials, "storage": self.storage, "study": self.study}
 
 
-_COMPARE_ONLY = ("dataset", "data", "methods", "baseline", "match_budget", "sequential", "max_items")
-_SWEEP_ONLY = ("n_trials", "storage", "study")
-#: overrides that set the spec field of the same name
-_FIELDS = (
-    "lm",
-    "max_tokens",
-    "cache",
-    "seed",
-    "num_threads",
-    "max_cost",
-    "epochs",
-    "reducer",
-    "traces",
-    "experiment",
-    "tracking_uri",
-    "results_dir",
-    "autolog",
-)
+#: what ``compare --dataset NAME`` (or ``--data FILE``) runs when neither the config nor ``--methods`` names methods
+DEFAULT_METHODS = ("cot", "for")
 
 
 def load_spec(
@@ -196,13 +207,22 @@ _Spec = TypeVar("_Spec", bound=RunSpec)
 
 def apply_overrides(spec: _Spec, o: Overrides) -> _Spec:
     """``spec`` with the overrides ``o`` applied (a new spec; see :class:`Overrides`)."""
-    given = {f.name for f in fields(o) if getattr(o, f.name) is not None}
-    wrong = sorted(given & set(_SWEEP_ONLY if isinstance(spec, ExperimentSpec) else _COMPARE_ONLY))
+    compare = isinstance(spec, ExperimentSpec)
+    misplaced = o.sweep_only() if compare else o.compare_only()
+    wrong = sorted(name for name, value in misplaced.items() if value is not None)
     if wrong:
-        kind = "sweeps" if isinstance(spec, ExperimentSpec) else "comparisons"
-        raise ConfigError(f"`{wrong[0]}` applies to {kind} only: drop it here.")
-    changes: dict[str, Any] = {name: getattr(o, name) for name in _FIELDS if name in given}
-    changes.update({name: getattr(o, name) for name in _SWEEP_ONLY if name in given})
+        raise ConfigError(f"`{wrong[0]}` applies to {'sweeps' if compare else 'comparisons'} only: drop it here.")
+    changes: dict[str, Any] = check_settings(o.settings, spec.COMMAND, " here")
+    for name, value in (
+        ("lm", o.lm),
+        ("max_tokens", o.max_tokens),
+        ("cache", o.cache),
+        ("seed", o.seed),
+        ("experiment", o.experiment),
+        *(() if compare else o.sweep_only().items()),
+    ):
+        if value is not None:
+            changes[name] = value
     if o.role_lms is not None:
         changes["role_lms"] = {**spec.role_lms, **parse_role_lms(o.role_lms)}
     if o.lm_options is not None:
@@ -257,6 +277,8 @@ def _compare_changes(spec: ExperimentSpec, o: Overrides) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if o.dataset is not None or o.data is not None:
         out["datasets"] = [task_dataset(o.dataset, o.split, o.data, o.data_dir)]
+    if o.methods is None and not spec.methods and "datasets" in out:
+        out["methods"] = [MethodConfig(name=name) for name in DEFAULT_METHODS]
     if o.methods is not None:
         wanted = o.methods
         wanted = [w.strip() for w in wanted.split(",") if w.strip()] if isinstance(wanted, str) else list(wanted)
@@ -285,14 +307,14 @@ def read_toml(path: str | Path, what: str, examples: str) -> dict[str, Any]:
         raise ConfigError(f"{what} `{p}` is not valid TOML: {exc}.") from None
 
 
-def parse_role_lms(value: Any) -> dict[str, LMSpec]:
+def parse_role_lms(value: Any) -> dict[str, LMLike]:
     if isinstance(value, Mapping):
         return {str(k): v if isinstance(v, dspy.BaseLM) else str(v) for k, v in value.items()}
-    out: dict[str, LMSpec] = {}
+    out: dict[str, LMLike] = {}
     for item in value:
         role, sep, lm = str(item).partition("=")
         if not sep or not role.strip() or not lm.strip():
-            raise ConfigError(f"`--role-lm` takes ROLE=SPEC (e.g. debater=local/qwen2.5-coder-0.5b), got {item!r}.")
+            raise ConfigError(f"`--role-lm` takes ROLE=MODEL (e.g. debater=local/qwen2.5-coder-0.5b), got {item!r}.")
         out[role.strip()] = lm.strip()
     return out
 

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import dspy
 
 from dspy_for.datasets import dataset_info, load_dataset
-from dspy_for.errors import ConfigError
+from dspy_for.errors import ConfigError, DatasetError
 
 __all__ = ["DatasetConfig", "load_examples", "positive_int"]
 
@@ -21,12 +22,21 @@ def positive_int(value: Any, name: str) -> None:
 
 @dataclass
 class DatasetConfig:
+    """One dataset of a run. ``split`` left empty is the dataset's default split
+    (:attr:`~dspy_for.datasets.DatasetInfo.default_split`: ``val`` for every benchmark, so nothing is chosen on test
+    data), the split ``--dataset NAME`` and ``advise`` take too."""
+
     name: str
-    split: str = "test"
+    split: str = ""
     limit: int | None = None
     first: int | None = None
     data_dir: str | None = None
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.split:
+            with contextlib.suppress(DatasetError):  # an unknown dataset: `validate` says so
+                self.split = dataset_info(self.name).default_split
 
     def validate(self) -> None:
         info = dataset_info(self.name)

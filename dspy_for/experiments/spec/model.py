@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import dspy
@@ -23,11 +24,11 @@ from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.spec.checks import check_epochs_sample, check_priced
 from dspy_for.experiments.spec.data import DatasetConfig, load_examples, positive_int
 from dspy_for.experiments.spec.identity import prompts_fingerprint, stable_hash
+from dspy_for.experiments.spec.settings import SETTINGS
 from dspy_for.jsonwalk import leaves, walk
 from dspy_for.judges import RUBRICS
 from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm, is_reasoning_model, lm_defaults
 from dspy_for.lm.factory import REASONING_MAX_TOKENS, TRANSPORT_OPTIONS
-from dspy_for.stats import check_reducer
 
 __all__ = [
     "DatasetConfig",
@@ -41,7 +42,8 @@ __all__ = [
 ]
 
 DEFAULT_LM = "local/qwen2.5-coder-1.5b"
-LMSpec: TypeAlias = str | dspy.BaseLM
+#: an LM as a run names it: a model string (``openai/gpt-4.1-mini``, ``local/<name>``) or any ``dspy.BaseLM``
+LMLike: TypeAlias = str | dspy.BaseLM
 
 
 @dataclass
@@ -52,7 +54,7 @@ class MethodConfig:
     name: str
     label: str = ""
     options: dict[str, Any] = field(default_factory=dict)
-    role_lms: dict[str, LMSpec] = field(default_factory=dict)
+    role_lms: dict[str, LMLike] = field(default_factory=dict)
     compile: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -74,7 +76,7 @@ class JudgeConfig:
     """``[judge]``: an LM that grades every scored item — judged accuracy (``verify``) and the ``rubrics``
     scores (default all three: reasoning, coherence, holistic) — under its own role ``judge``."""
 
-    lm: LMSpec
+    lm: LMLike
     rubrics: list[str] = field(default_factory=list)
     verify: bool = True
 
@@ -100,40 +102,27 @@ class RunSpec:
     (``api_base``, ``timeout``, ``num_retries``, ``temperature``, ...); ``role_lm_options`` per role on top.
     """
 
-    lm: LMSpec = DEFAULT_LM
-    role_lms: dict[str, LMSpec] = field(default_factory=dict)
+    lm: LMLike = DEFAULT_LM
+    role_lms: dict[str, LMLike] = field(default_factory=dict)
     lm_options: dict[str, Any] = field(default_factory=dict)
     role_lm_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_tokens: int | None = 1024
     seed: int = 0
-    num_threads: int = 1
     experiment: str = "dspy-for"
-    tracking_uri: str | None = None
     cache: bool = True
-    results_dir: str | None = None
-    autolog: bool = False
     judge: JudgeConfig | None = None
-    #: USD: once the run has spent this much (priced LM calls, cache hits cost nothing), no item starts; what
-    #: finished is kept, the run says so and fails, and a later run resumes (needs every LM priced)
-    max_cost: float | None = None
-    #: repeats per item: each item runs ``epochs`` times (its own samples: :mod:`dspy_for.lm.epochs`), each a record
-    #: of its own; ``reducer`` (mean, majority, pass_at_k) makes one value per item from them
-    epochs: int = 1
-    reducer: str = "mean"
-    traces: bool = True  #: one MLflow trace per item (false: metrics, params and items.jsonl only)
+    # run settings: each declared once in spec/settings.py (meaning, commands, flag, check); none changes a result
+    num_threads: int = SETTINGS["num_threads"].default
+    tracking_uri: str | None = SETTINGS["tracking_uri"].default
+    max_cost: float | None = SETTINGS["max_cost"].default  # enforced by the run core's SpendLimit
+    epochs: int = SETTINGS["epochs"].default  # each its own record; `reducer` makes one value per item of them
+    reducer: str = SETTINGS["reducer"].default
+    traces: bool = SETTINGS["traces"].default
 
-    #: fields that change no result (left out of fingerprints and result keys)
-    NOT_RESULTS: ClassVar[tuple[str, ...]] = (
-        "tracking_uri",
-        "num_threads",
-        "autolog",
-        "experiment",
-        "results_dir",
-        "max_cost",
-        "epochs",
-        "reducer",
-        "traces",
-    )
+    #: the command this kind of spec runs (which declared settings it takes)
+    COMMAND: ClassVar[str] = ""
+    #: fields that change no result (left out of fingerprints and result keys): the run settings, the experiment
+    NOT_RESULTS: ClassVar[tuple[str, ...]] = ("experiment", *SETTINGS)
 
     # ------------------------------------------------------------------------------------- datasets
 
@@ -148,13 +137,13 @@ class RunSpec:
         """Every role of every method this run may build (for checking per-role settings)."""
         raise NotImplementedError
 
-    def _method_lms(self, role: str) -> list[LMSpec]:
+    def _method_lms(self, role: str) -> list[LMLike]:
         """The LMs methods of this run give ``role`` themselves."""
         return []
 
     # -------------------------------------------------------------------------------- LMs per role
 
-    def lm_for(self, role: str, method_role_lms: Mapping[str, LMSpec] | None = None) -> LMSpec:
+    def lm_for(self, role: str, method_role_lms: Mapping[str, LMLike] | None = None) -> LMLike:
         """The LM spec (or object) of ``role``: the method's own, else the run's per-role, else ``lm``."""
         return (method_role_lms or {}).get(role) or self.role_lms.get(role) or self.lm
 
@@ -175,7 +164,7 @@ class RunSpec:
         return {**lm_defaults(lm, options), **options}
 
     def role_settings(
-        self, roles: Iterable[str], method_role_lms: Mapping[str, LMSpec] | None = None
+        self, roles: Iterable[str], method_role_lms: Mapping[str, LMLike] | None = None
     ) -> dict[str, Any]:
         """What decides each role's answers (for result keys): its LM and the options that change results."""
         out: dict[str, Any] = {}
@@ -202,7 +191,7 @@ class RunSpec:
             if unknown:
                 raise ConfigError(
                     f"`{where}`: this run has no role `{unknown[0]}` (no method of it does). Its roles: "
-                    f"{', '.join(sorted(roles))}. Fix the ROLE in `{where}` (`--role-lm ROLE=SPEC`)."
+                    f"{', '.join(sorted(roles))}. Fix the ROLE in `{where}` (`--role-lm ROLE=MODEL`)."
                 )
         for spec in [self.lm, *self.role_lms.values()]:
             if isinstance(spec, str):
@@ -214,17 +203,11 @@ class RunSpec:
             for lm in {self.lm_for(r), *self._method_lms(r)}:
                 if isinstance(lm, str):
                     self.lm_build_options(lm, r)
-        positive_int(self.num_threads, "num_threads")
-        cost = self.max_cost
-        number = isinstance(cost, int | float) and not isinstance(cost, bool)
-        if cost is not None and not (number and 0 < cost < float("inf")):
-            raise ConfigError(
-                f"`max_cost` is the USD a run may spend: give a positive number (e.g. --max-cost 5), got {cost!r}."
-            )
-        if cost is not None:
+        for setting in SETTINGS.values():  # every run setting's value, as its declaration checks it
+            if setting.name in self.__dataclass_fields__:
+                setting.checked(getattr(self, setting.name))
+        if self.max_cost is not None:
             check_priced(self, roles)
-        positive_int(self.epochs, "epochs")
-        check_reducer(self.reducer)
         if self.max_tokens is not None:
             positive_int(self.max_tokens, "max_tokens")
         return self
@@ -304,6 +287,8 @@ class ProgramSpec(RunSpec):
 
     method: MethodConfig
 
+    COMMAND: ClassVar[str] = "ask"
+
     def dataset_configs(self) -> list[DatasetConfig]:
         return []
 
@@ -313,7 +298,7 @@ class ProgramSpec(RunSpec):
     def method_roles(self) -> set[str]:
         return set(get_method(self.method.name).roles)
 
-    def _method_lms(self, role: str) -> list[LMSpec]:
+    def _method_lms(self, role: str) -> list[LMLike]:
         return [self.method.role_lms[role]] if role in self.method.role_lms else []
 
     def validate(self) -> ProgramSpec:
@@ -328,6 +313,8 @@ class ExperimentSpec(RunSpec):
     datasets: list[DatasetConfig]
     methods: list[MethodConfig]
     baseline: str | None = None
+    results_dir: str | None = SETTINGS["results_dir"].default  # where items are kept: see items_dir
+    autolog: bool = SETTINGS["autolog"].default
     match_budget: bool = False
     #: a sequential comparison (see :mod:`dspy_for.experiments.sequential`): every method on the same seeded item
     #: order, ``batch_size`` items at a time, each pair with the baseline tested after every batch by an
@@ -339,6 +326,7 @@ class ExperimentSpec(RunSpec):
     batch_size: int = 4
     max_total_tokens: int | None = None
 
+    COMMAND: ClassVar[str] = "compare"
     NOT_RESULTS: ClassVar[tuple[str, ...]] = (
         *RunSpec.NOT_RESULTS,
         "baseline",
@@ -353,13 +341,18 @@ class ExperimentSpec(RunSpec):
     def dataset_configs(self) -> list[DatasetConfig]:
         return self.datasets
 
+    def items_dir(self, tracking_root: Path) -> Path:
+        """Where finished items are kept, to resume and to reuse: ``results_dir``, else ``compare/items`` under the
+        tracking root (``compare`` and ``advise`` share it)."""
+        return Path(self.results_dir) if self.results_dir else tracking_root / "compare" / "items"
+
     def with_datasets(self, **changes: Any) -> ExperimentSpec:
         return replace(self, datasets=[replace(d, **changes) for d in self.datasets])
 
     def method_roles(self) -> set[str]:
         return {r for m in self.methods for r in get_method(m.name).roles}
 
-    def _method_lms(self, role: str) -> list[LMSpec]:
+    def _method_lms(self, role: str) -> list[LMLike]:
         return [m.role_lms[role] for m in self.methods if role in m.role_lms]
 
     def validate(self) -> ExperimentSpec:

@@ -4,13 +4,20 @@ of every range — before any trial runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import get_method
-from dspy_for.experiments.spec.config import Overrides, apply_overrides, parse_dataset, parse_judge, read_toml
+from dspy_for.experiments.spec.config import (
+    Overrides,
+    apply_overrides,
+    parse_dataset,
+    parse_judge,
+    read_toml,
+    split_settings,
+)
 from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, RunSpec
 from dspy_for.experiments.sweeps.search_space import (
     MethodChoice,
@@ -56,6 +63,7 @@ class SweepSpec(RunSpec):
     #: this many failed trials in a row end the sweep (an endpoint that is down fails every trial)
     max_consecutive_failures: int = 3
 
+    COMMAND: ClassVar[str] = "sweep"
     NOT_RESULTS: ClassVar[tuple[str, ...]] = (*RunSpec.NOT_RESULTS, "storage", "study", "max_consecutive_failures")
 
     @property
@@ -186,9 +194,6 @@ def _check_range_ends(spec: SweepSpec, space: SearchSpace | MethodChoice) -> Non
                     ) from None
 
 
-_KEYS = {f.name for f in fields(SweepSpec)}
-
-
 def load_sweep_spec(
     path: str | Path | SweepSpec | None = None, overrides: Overrides | None = None, **kwargs: Any
 ) -> SweepSpec:
@@ -198,12 +203,10 @@ def load_sweep_spec(
         spec = path.copy()
     else:
         data = read_toml(path, "Sweep config", "experiments/sweep_*.toml") if path is not None else {}
-        unknown = sorted(set(data) - _KEYS)
-        if unknown:
-            raise ConfigError(f"Unknown key `{unknown[0]}` in the sweep config. Allowed: {', '.join(sorted(_KEYS))}.")
+        settings = split_settings(data, SweepSpec, "the sweep config")
         if "method" not in data or "dataset" not in data:
             raise ConfigError("A sweep config needs `method` and a `[dataset]` table (name, split, first/limit).")
-        dataset = parse_dataset(data.pop("dataset"), "[dataset]", defaults={"split": "val"})
+        dataset = parse_dataset(data.pop("dataset"), "[dataset]")
         judge = parse_judge(data.pop("judge", None), "the sweep config")
-        spec = SweepSpec(dataset=dataset, judge=judge, **data)
+        spec = SweepSpec(dataset=dataset, judge=judge, **data, **settings)
     return apply_overrides(spec, overrides or Overrides.of(kwargs)).validate()

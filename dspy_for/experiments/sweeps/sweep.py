@@ -24,19 +24,20 @@ from typing import Any
 
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.core import evaluate, prepare_run
+from dspy_for.experiments.core import Evaluation, SpendLimit, prepare_run
 from dspy_for.experiments.core.sinks import interruptible
-from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 from dspy_for.experiments.sweeps.storage import make_storage, open_study, requeue_failed
-from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent
+from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent, sweep_spend
 from dspy_for.experiments.sweeps.workers import _worker_entry as _worker_entry  # re-exported for worker scripts
 from dspy_for.experiments.tracking.datasets import log_dataset
 from dspy_for.experiments.tracking.sink import MlflowSink
 
 __all__ = [
+    "FinalTest",
     "SweepError",
     "SweepResult",
     "SweepSpec",
@@ -51,31 +52,70 @@ __all__ = [
 # -------------------------------------------------------------------------------------------- sweep
 
 
+@dataclass(frozen=True)
+class FinalTest:
+    """``--final-test``: the best trial's configuration run once on the test split (its method and parameters, and
+    the summary of its records), and the items ``max_cost`` kept it from starting."""
+
+    method: str
+    params: dict[str, Any]
+    summary: Summary
+    not_started: int = 0
+
+    def row(self) -> dict[str, Any]:
+        return {"method": self.method, "params": self.params, **self.summary.row()}
+
+
 @dataclass
 class SweepResult:
+    """What ``sweep`` returns (a :class:`~dspy_for.experiments.core.outcome.RunOutcome`): the study, its MLflow
+    parent run, the final test if one ran, and what the sweep spent against ``max_cost``."""
+
     spec: SweepSpec
     study: Any
     parent_run_id: str | None
-    final_test: dict[str, Any] | None = None
+    final_test: FinalTest | None = None
+    spend: SpendLimit | None = None
 
     @property
     def counts(self) -> dict[str, int]:
         return dict(Counter(t.state.name for t in self.study.get_trials(deepcopy=False)))
 
+    def _trials(self, attr: str) -> int:
+        """A count over every trial's items (its user attribute ``attr``: ``n_items``, ``n_failed``, ...)."""
+        return sum(int(t.user_attrs.get(attr, 0)) for t in self.study.get_trials(deepcopy=False))
+
+    @property
+    def _final(self) -> Summary | None:
+        return self.final_test.summary if self.final_test is not None else None
+
+    @property
+    def n_scored(self) -> int:
+        return self._trials("n_items") - self._trials("n_failed") + (self._final.n if self._final else 0)
+
+    @property
+    def n_failed(self) -> int:
+        return self._trials("n_failed") + (self._final.failed if self._final else 0)
+
+    @property
+    def n_unparsed(self) -> int:
+        return self._trials("n_unparsed") + (self._final.unparsed if self._final else 0)
+
     @property
     def spent_usd(self) -> float:
-        """USD the sweep's trials have spent (in all its runs, cache hits free)."""
-        return study_spent(self.study)
+        """USD the sweep has spent (its trials in all its runs, and the final test; cache hits free)."""
+        return self.spend.total if self.spend is not None else study_spent(self.study)
 
     @property
     def stopped_by_cost(self) -> bool:
-        """``max_cost`` was reached before every trial ran (a later run with a higher one resumes)."""
-        return self.spec.max_cost is not None and self.spent_usd >= self.spec.max_cost
+        """``max_cost`` was reached with trials (or final-test items) left out; a re-run with a higher one resumes."""
+        return self.spend is not None and self.spend.stopped
 
     @property
     def ok(self) -> bool:
         """No trial failed, ``max_cost`` did not stop it, and the final test (if any) had no failed item."""
-        return not self.counts.get("FAIL") and not self.stopped_by_cost and not (self.final_test or {}).get("failed")
+        final_failed = self.final_test is not None and self.final_test.summary.failed
+        return not self.counts.get("FAIL") and not self.stopped_by_cost and not final_failed
 
 
 def sweep(
@@ -108,9 +148,10 @@ def sweep(
             study = run_study(
                 spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout
             )
-            result = SweepResult(spec=spec, study=study, parent_run_id=parent)
+            result = SweepResult(spec=spec, study=study, parent_run_id=parent, spend=sweep_spend(spec, study))
             if final_test and not spec.multi and objective_path is None and result.counts.get("COMPLETE"):
-                result.final_test = run_final_test(spec, study, parent)
+                result.final_test = run_final_test(spec, study, parent, result.spend)
+            _count_left_out(result)
     except (SweepError, KeyboardInterrupt) as exc:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         sweep_tracking.finish_parent(spec, open_study(spec), parent, None, status=status)
@@ -119,10 +160,21 @@ def sweep(
     return result
 
 
-def run_final_test(spec: SweepSpec, study: Any, parent: str | None) -> dict[str, Any]:
-    """The best configuration once on the test split, through the same run core as ``compare``; its data and
-    one trace per item are logged on the sweep's parent run (a tracing failure is only a warning). Returns the
-    test's summary row (nothing scored: no accuracy, no cost — never a 0.0 standing for an outage)."""
+def _count_left_out(result: SweepResult) -> None:
+    """Once ``max_cost`` is reached: the trials that did not finish (and a final test it cut short) are left out."""
+    spend = result.spend
+    if spend is None or not spend.reached:
+        return
+    done = result.counts.get("COMPLETE", 0) + result.counts.get("PRUNED", 0)
+    cut = 1 if result.final_test is not None and result.final_test.not_started else 0
+    spend.left_out = "trial(s) not finished" + (" (the final test among them)" if cut else "")
+    spend.not_started = max(0, result.spec.n_trials - done) + cut
+
+
+def run_final_test(spec: SweepSpec, study: Any, parent: str | None, limit: SpendLimit | None = None) -> FinalTest:
+    """The best configuration once on the test split, through the same run core as ``compare``, under the sweep's
+    spend ``limit``; its data and one trace per item are logged on the sweep's parent run (a tracing failure is
+    only a warning). Nothing scored: no accuracy, no cost, never a 0.0 standing for an outage."""
     best = study.best_trial
     test = replace(spec.dataset, split=spec.test_split, first=None)
     run = prepare_run(spec, test, spec.trial_method(best.params, "final-test"))
@@ -130,5 +182,8 @@ def run_final_test(spec: SweepSpec, study: Any, parent: str | None) -> dict[str,
     if parent is not None:
         log_dataset(run, context="test", run_id=parent)
         sinks.append(MlflowSink(run, parent, end_run=False))
-    summary = summarize(evaluate(run, sinks=sinks, origin=parent))
-    return {"method": run.method.name, "params": best.params, **summary.row()}
+    before = limit.not_started if limit is not None else 0
+    with Evaluation(run, sinks=sinks, origin=parent) as ev:
+        ev.feed(run.examples, limit=limit)
+    left = (limit.not_started - before) if limit is not None else 0
+    return FinalTest(run.method.name, best.params, summarize(ev.result), not_started=left)

@@ -18,6 +18,7 @@ from dspy_for.secrets import hide_password
 
 if TYPE_CHECKING:
     from dspy_for.experiments.sweeps.spec import SweepSpec
+    from dspy_for.experiments.sweeps.sweep import FinalTest
 
 __all__ = ["finish_parent", "finish_trial", "hide_password", "start_parent", "start_trial"]
 
@@ -113,7 +114,7 @@ def _metric(objective: str) -> str:
 
 @critical_write
 def finish_parent(
-    spec: SweepSpec, study: Any, parent_run_id: str | None, final_test: dict[str, Any] | None, status: str = "FINISHED"
+    spec: SweepSpec, study: Any, parent_run_id: str | None, final_test: FinalTest | None, status: str = "FINISHED"
 ) -> None:
     import matplotlib
 
@@ -148,10 +149,9 @@ def finish_parent(
         client.log_metric(parent_run_id, f"best_{spec.objectives[0]}", best[0].values[0])
         for k, v in tracking.safe_params({"best": best[0].params}).items():
             client.set_tag(parent_run_id, k, v)
-    if final_test:
-        keys = ("accuracy", "ci_low", "ci_high", "tokens_per_item") if final_test["n"] else ()
-        for k in (*keys, "n", "failed", "unparsed"):
-            client.log_metric(parent_run_id, f"final_test.{k}", float(final_test[k]))
+    if final_test is not None:
+        for name, value in final_test.summary.metrics().items():
+            client.log_metric(parent_run_id, f"final_test.{name}", value)
     figures = {}
     vis = optuna.visualization.matplotlib
     with _quiet():

@@ -22,7 +22,9 @@ from dspy_for.compat import optuna as optuna_compat
 from dspy_for.datasets import content_key
 from dspy_for.errors import ConfigError, DspyForError
 from dspy_for.experiments.core import Evaluation, SpendLimit, load_examples, prepare_run
+from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.core.summary import Summary, summarize
+from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.pruning import ITEM_VALUES, incumbent_values, item_values, resolved_worse
 from dspy_for.experiments.sweeps.spec import OBJECTIVES, SweepSpec
@@ -38,6 +40,7 @@ __all__ = [
     "objective_value",
     "run_study",
     "study_spent",
+    "sweep_spend",
 ]
 
 logger = logging.getLogger("dspy_for.sweep")
@@ -80,7 +83,7 @@ class TrialObjective:
             maximize=OBJECTIVES[objective] == "maximize",
             alpha=self.spec.alpha,
             binary=objective in ("accuracy", "judged_accuracy")
-            and (self.spec.epochs == 1 or self.spec.reducer != "mean"),
+            and value_kind(self.spec.epochs, self.spec.reducer) == "binary",
         )
 
     def __call__(self, trial: Any) -> Any:
@@ -106,7 +109,7 @@ class TrialObjective:
                 if limit is not None:
                     trial.set_user_attr(SPENT, float(trial.user_attrs.get(SPENT, 0.0)) + limit.spent)
                     if limit.reached:
-                        raise TrialFailed(f"max_cost ${spec.max_cost:g} reached (the sweep's spend in all)")
+                        raise TrialFailed(_COST_REACHED.format(money(limit.max_cost, as_given=True)))
                 summary = summarize(ev.result)
                 _record_usage(trial, summary)
                 if summary.failed:
@@ -154,6 +157,7 @@ def objective_value(summary: Summary, objective: str) -> float:
 
 #: the trial's user attribute that holds what its items spent (USD, cache hits free): the sweep's spend is their sum
 SPENT = "spent_usd"
+_COST_REACHED = "max_cost {} reached (the sweep's spend in all)"
 
 
 def study_spent(study: Any) -> float:
@@ -161,14 +165,20 @@ def study_spent(study: Any) -> float:
     return float(sum(t.user_attrs.get(SPENT, 0.0) for t in study.get_trials(deepcopy=False)))
 
 
+def sweep_spend(spec: SweepSpec, study: Any) -> SpendLimit:
+    """The sweep's one spend limit as it stands: ``max_cost`` against what its trials, every worker's, have spent
+    (read from the shared study). Each chunk of a trial runs under it, so no item starts once it is reached."""
+    return SpendLimit(spec.max_cost, earlier=study_spent(study))
+
+
 def _chunk_limit(spec: SweepSpec, trial: Any) -> SpendLimit | None:
-    """What the next chunk may spend: ``max_cost`` less what the sweep has spent (None: no ``max_cost``)."""
+    """What the next chunk runs under (None: no ``max_cost``); a trial stops (FAIL, re-run on resume) once reached."""
     if spec.max_cost is None:
         return None
-    left = spec.max_cost - study_spent(trial.study)
-    if left <= 0:
-        raise TrialFailed(f"max_cost ${spec.max_cost:g} reached (the sweep's spend in all)")
-    return SpendLimit(left)
+    limit = sweep_spend(spec, trial.study)
+    if limit.reached:
+        raise TrialFailed(_COST_REACHED.format(money(limit.max_cost, as_given=True)))
+    return limit
 
 
 def _record_usage(trial: Any, summary: Summary) -> None:
@@ -211,8 +221,11 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None, dead
             recover_stale(study)
             if counted(study) >= spec.n_trials:
                 return
-            if spec.max_cost is not None and study_spent(study) >= spec.max_cost:
-                logger.error("max_cost $%g reached: no trial starts (resume with a higher max_cost)", spec.max_cost)
+            if sweep_spend(spec, study).reached:
+                logger.error(
+                    "%s: no trial starts (resume with a higher max_cost)",
+                    _COST_REACHED.format(money(spec.max_cost, as_given=True)),
+                )
                 return
             trial = study.ask()
             trial.set_user_attr("worker", me)
