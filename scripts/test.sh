@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (with the test model, qwen2.5-coder-0.5b) and run the whole test suite: unit tests with
 # scripted LMs plus the `llm`-marked integration tests against a real local llama.cpp server.
-# Extra arguments go to pytest, e.g.  bash scripts/test.sh -m "not llm"
+# Extra arguments go to pytest, e.g.  bash scripts/test.sh -m "not llm"  (the set-up above still runs first;
+# in a built .venv, `.venv/bin/python -m pytest -m "not llm"` runs the scripted-LM tests alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${DSPY_FOR_TEST_MODEL:-qwen2.5-coder-0.5b} EXTRAS=${EXTRAS:-local,dev,postgres} bash scripts/setup.sh

@@ -8,7 +8,9 @@ test and the measurement scripts — prepare each method with :func:`prepare_run
 run core (:func:`evaluate` / :class:`Evaluation`), whose records land in sinks as they finish; :func:`summarize`
 is the one record-to-summary function every table, MLflow run and sweep objective reads.
 
-Layout: :mod:`.spec` (the typed run specification and config parsing) · :mod:`.methods` (the registry) ·
+What they return shares one shape (:class:`RunOutcome`: items scored, failed, unparsed, what was spent, whether
+``max_cost`` stopped it, ok). Layout: :mod:`.spec` (the typed run specification, config parsing and the run
+settings, each declared once in :mod:`.spec.settings`) · :mod:`.methods` (the registry) ·
 :mod:`.core` (prepare, evaluate, records, results store, summary) · :mod:`.tracking` (MLflow runs, traces, UI) ·
 :mod:`.reports` (tables and plots, pure functions of results) · :mod:`.comparison` · :mod:`.sweeps` · :mod:`.advise`.
 """
@@ -29,6 +31,7 @@ from dspy_for.experiments.core import (
     load_examples,
     prepare_run,
 )
+from dspy_for.experiments.core.outcome import RunOutcome
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.methods import MethodEntry, build_method, get_method, list_methods, register_method
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_spec
@@ -46,6 +49,7 @@ __all__ = [
     "MethodResult",
     "PreparedRun",
     "ResultStore",
+    "RunOutcome",
     "RunSpec",
     "Summary",
     "SweepResult",

@@ -105,6 +105,20 @@ def test_rerun_makes_no_new_lm_calls_and_gives_the_same_table(scripted, tmp_path
     assert strip(first.rows) == strip(second.rows)
 
 
+def test_a_methods_seconds_per_item_are_its_own_items_and_a_reused_record_keeps_its_time(scripted, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    first = compare(_write(tmp_path), tracking_uri=uri)
+    cot = first.results["gsm8k"]["cot"]
+    row = next(r for r in first.rows if r["method"] == "cot")
+    assert row["seconds_per_item"] == pytest.approx(sum(i.wall_time for i in cot.scored) / len(cot.scored))
+    assert row["seconds_per_item"] < row["wall_time"]  # its own calls, not the pool's time
+    second = compare(_write(tmp_path), tracking_uri=uri)  # every record reused: each keeps the time it took
+    again = next(r for r in second.rows if r["method"] == "cot")
+    assert again["seconds_per_item"] == row["seconds_per_item"] and again["reused_time"] > 0
+    text = table_text(second)
+    assert "s/item" in text.splitlines()[1] and "s/item*: includes results reused" in text
+
+
 def test_killed_run_resumes_without_redoing_finished_items(scripted, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     spec = load_spec(_write(tmp_path), tracking_uri=uri)
