@@ -1,26 +1,19 @@
-"""The DSPy conformance matrix: which modules, role-LM layouts and DSPy entry points it crosses, and how a request in
-the test server's log is read back as one role's call.
+"""The DSPy conformance matrix's modules and role-LM layouts, and the items every cell asks.
 
 * :data:`MODULES`: every registered module with roles, built as a user builds it (its constructor, the registry's
   fixed options for the papers' versions, small settings).
 * :func:`layouts`: the role-LM layouts of a module: ``none`` (every role on the configured LM), ``one``, ``several``,
   ``all`` (all distinct), ``same`` (every role given the same LM object), ``spec`` (every role given as a spec
   string). Every LM is a plain ``dspy.LM`` naming its own model (``m-<role>``; the configured one ``m-configured``).
-* :class:`Roles`: which role a request was, from the input and output fields its ChatAdapter / JSONAdapter system
-  message lists (instructions change under optimizers, fields do not).
-* :class:`MatrixResponder`: answers every role's signature (and the optimizers' own prompts) on the server.
 
-The entry points are in :mod:`matrix_entries` and :mod:`matrix_compilers`; the cells and the docs table in
-:mod:`matrix_design`.
+Which role a request was is read from the log by :mod:`matrix_log`; the server answers with :mod:`matrix_responder`;
+the entry points are in :mod:`matrix_entries` and :mod:`matrix_compilers`, run with a :mod:`matrix_context`; the
+cells and the docs table in :mod:`matrix_design`.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import re
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +30,6 @@ CONFIGURED = "m-configured"
 MARKER = "(tuned)"
 TUNED_INSTRUCTION = f"Solve the problem step by step and check every multiplication {MARKER}."
 UNTUNED_INSTRUCTION = "Solve the problem step by step and check every multiplication."
-_ITEM = re.compile(r"and (\d+) more apples")
 
 
 def question(k: int) -> str:
@@ -237,173 +229,3 @@ def role_lms(layout: Layout, base_url: str) -> dict[str, Any]:
         return {r: f"openai/{m}" for r, m in layout.models.items()}
     shared: dict[str, dspy.LM] = {}
     return {r: shared.setdefault(m if layout.shared else r, plain_lm(base_url, m)) for r, m in layout.models.items()}
-
-
-# --------------------------------------------------------------------------------------------- reading the log
-
-_FIELD = re.compile(r"^\s*\d+\.\s+`(?P<name>[^`]+)`", re.MULTILINE)
-#: a field ``dspy.Refine`` adds to every predictor's signature on its later attempts
-HINT_FIELD = "hint_"
-
-
-def _system(messages: list[dict[str, Any]]) -> str:
-    return "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
-
-
-def fields_of(messages: list[dict[str, Any]]) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(input field names, output field names) the request's adapter system message lists; None: not a DSPy
-    adapter request (e.g. GEPA's own reflection prompt)."""
-    system = _system(messages)
-    start, mid = system.find("Your input fields are:"), system.find("Your output fields are:")
-    if start < 0 or mid < 0:
-        return None
-    end = system.find("All interactions will be structured", mid)
-    inputs = {m["name"] for m in _FIELD.finditer(system[start:mid])} - {HINT_FIELD}
-    outputs = {m["name"] for m in _FIELD.finditer(system[mid : end if end > 0 else None])}
-    return frozenset(inputs), frozenset(outputs)
-
-
-def signature_key(signature: type[dspy.Signature]) -> tuple[frozenset[str], frozenset[str]]:
-    return frozenset(signature.input_fields) - {HINT_FIELD}, frozenset(signature.output_fields)
-
-
-@dataclass(frozen=True)
-class Call:
-    """One request of the server's log, read back: which predictors it may have been (None: not a role's call)."""
-
-    index: int
-    model: str
-    role: str | None
-    predictors: tuple[str, ...]
-    body: dict[str, Any]
-
-    @property
-    def text(self) -> str:
-        return "\n".join(str(m.get("content") or "") for m in self.body.get("messages") or [])
-
-
-class Roles:
-    """Reads the test server's requests back as calls of ``module``'s roles."""
-
-    def __init__(self, spec: ModuleSpec, program: dspy.Module) -> None:
-        self.spec = spec
-        self.by_key: dict[tuple[frozenset[str], frozenset[str]], list[str]] = {}
-        for name, predictor in program.named_predictors():
-            if name not in spec.predictors:
-                raise AssertionError(f"{spec.name}: predictor {name!r} has no role in the matrix")
-            self.by_key.setdefault(signature_key(predictor.signature), []).append(name)
-        for key, names in self.by_key.items():
-            if len({spec.predictors[n] for n in names}) > 1:
-                raise AssertionError(f"{spec.name}: predictors {names} of different roles have the same fields {key}")
-
-    def read(self, requests: list[dict[str, Any]], start: int = 0) -> list[Call]:
-        calls = []
-        for i, body in enumerate(requests[start:], start):
-            key = fields_of(body.get("messages") or [])
-            names = tuple(self.by_key.get(key, ())) if key else ()
-            role = self.spec.predictors[names[0]] if names else None
-            model = str(body.get("model") or "").removeprefix("openai/")
-            calls.append(Call(i, model, role, names, body))
-        return calls
-
-
-# --------------------------------------------------------------------------------------------- the responder
-
-
-class MatrixResponder:
-    """Answers every role's signature the way a cooperative model would, by the output fields asked for:
-    numbers get item k's answer (36 + k, read from the question), booleans ``False`` (feedback and verifier find
-    fault, so refinement runs), question lists one new question without values, ``advice`` one hint per module
-    named, instructions :data:`TUNED_INSTRUCTION`; a JSONAdapter's request gets JSON, and a request that is no DSPy
-    adapter's a fenced instruction.
-
-    ``tuned``: a numeric answer is right only when its own instructions carry :data:`MARKER`. ``disagreeing``: the
-    fields of a sampler whose samples (its calls at one of ``sample_temperatures``, read from the request the server
-    is answering) answer right and wrong in turn for each prompt, so two samples disagree (a cascade's debate then
-    runs; runs that sample the same prompt at once would interleave, so the matrix runs none).
-    """
-
-    def __init__(self) -> None:
-        self.tuned = False
-        self.disagreeing: tuple[frozenset[str], frozenset[str]] | None = None
-        self.sample_temperatures: frozenset[float] = frozenset()
-        self.request: Callable[[], dict[str, Any] | None] = lambda: None
-        self._asked = itertools.count(1)
-        self._sampled: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, messages: list[dict[str, Any]], max_tokens: int | None) -> dict[str, Any] | str:
-        key = fields_of(messages)
-        if key is None:
-            return f"```\n{TUNED_INSTRUCTION}\n```"
-        last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
-        found = _ITEM.search(last_user)
-        right = answer_of(int(found.group(1))) if found else 36.0
-        if self.tuned and MARKER not in _system(messages):
-            right -= 1
-        if key == self.disagreeing and (self.request() or {}).get("temperature") in self.sample_temperatures:
-            right += self._sample_number(messages) % 2  # samples 0, 2, ... right; 1, 3, ... wrong
-        out = {name: self._value(name, type_.lower(), right, messages) for name, type_ in _output_types(messages)}
-        if "Outputs will be a JSON object" in _system(messages):  # a JSONAdapter's request (GEPA's reflection)
-            return json.dumps(out)
-        return {
-            k: v if isinstance(v, str) else json.dumps(v) if isinstance(v, list | dict) else str(v)
-            for k, v in out.items()
-        }
-
-    def _sample_number(self, messages: list[dict[str, Any]]) -> int:
-        prompt = json.dumps(messages, sort_keys=True)
-        with self._lock:
-            n = self._sampled[prompt] = self._sampled.get(prompt, -1) + 1
-            return n
-
-    def _value(self, name: str, type_: str, right: float, messages: list[dict[str, Any]]) -> Any:
-        if name == "reasoning":
-            return f"3 * 12 = 36 apples in the boxes, then add the rest: {right:g} in all."
-        if type_ in ("float", "int"):
-            return right
-        if type_ == "bool":
-            return False
-        if type_.startswith("list"):
-            return [f"How did you get your total from the boxes (question {next(self._asked)})?"]
-        if type_.startswith("dict"):
-            return {n: f"hint for {n}: check each multiplication." for n in _module_names(messages)}
-        if "instruction" in name:
-            return TUNED_INSTRUCTION
-        if "prompt" in name:  # ProRefine's optimizer keeps a tuned prompt tuned, and tunes no other
-            last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
-            return TUNED_INSTRUCTION if MARKER in last_user else UNTUNED_INSTRUCTION
-        if name == "answer":  # a Host or Defender whose answer is written out, the number in the text
-            return f"He has {right:g} apples."
-        return "Check the multiplication of the boxes once more."
-
-
-_TYPED_FIELD = re.compile(r"^\s*\d+\.\s+`(?P<name>[^`]+)`\s+\((?P<type>[^)]*)\)", re.MULTILINE)
-
-
-def _output_types(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    system = _system(messages)
-    mid = system.find("Your output fields are:")
-    end = system.find("All interactions will be structured", mid)
-    return [(m["name"], m["type"].strip()) for m in _TYPED_FIELD.finditer(system[mid : end if end > 0 else None])]
-
-
-def _module_names(messages: list[dict[str, Any]]) -> list[str]:
-    """The ``module_names`` input of ``dspy.Refine``'s / SIMBA's feedback request (a JSON list)."""
-    for m in messages:
-        found = re.search(r"\[\[ ## module_names ## \]\]\s*(\[[^\]]*\])", str(m.get("content") or ""))
-        if found:
-            try:
-                return [str(n) for n in json.loads(found.group(1))]
-            except ValueError:
-                return []
-    return []
-
-
-def disagreeing_key(spec: ModuleSpec, program: dspy.Module) -> tuple[frozenset[str], frozenset[str]] | None:
-    if spec.disagreeing is None:
-        return None
-    return signature_key(dict(program.named_predictors())[spec.disagreeing].signature)
-
-
-Check = Callable[[], None]

@@ -15,7 +15,7 @@ from typing import Any
 import dspy
 import numpy as np
 from matrix_cells import MARKER, answer_of, example, model_name, question
-from matrix_entries import Ctx, EntryPoint, LMCalls, answer, assert_every_role_ran, expected_roles
+from matrix_context import Ctx, EntryPoint, LMCalls, answer, assert_every_role_ran, expected_roles
 
 from dspy_for.optimizers import TextGrad
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from matrix_cells import LAYOUT_TITLES, MODULES, layouts
 from matrix_compilers import COMPILERS
-from matrix_entries import ENTRY_POINTS, EntryPoint
+from matrix_context import EntryPoint
+from matrix_entries import ENTRY_POINTS
 
 ALL_ENTRY_POINTS: dict[str, EntryPoint] = {**ENTRY_POINTS, **COMPILERS}
 WRAPPERS = ("best_of_n", "refine")

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import dspy
 import pytest
-from matrix_cells import CONFIGURED, MODULES, MatrixResponder, Roles, layouts, plain_lm
+from matrix_cells import CONFIGURED, MODULES, layouts, plain_lm
+from matrix_context import Ctx, check_routing
 from matrix_design import ALL_ENTRY_POINTS, CELLS, END, START, Cell, render
-from matrix_entries import Ctx, check_routing
+from matrix_log import Roles
+from matrix_responder import MatrixResponder
 
 from dspy_for.errors import ConfigError
 from dspy_for.lm.factory import configure_cache
