@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.sweeps.sweep import FinalTest
+    from dspy_for.experiments.sweeps.final_test import FinalTest
 
 __all__ = ["final_test_line", "trials_table"]
 

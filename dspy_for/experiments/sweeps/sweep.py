@@ -18,23 +18,22 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.core import Evaluation, SpendLimit, prepare_run
+from dspy_for.experiments.core import SpendLimit
 from dspy_for.experiments.core.sinks import interruptible
-from dspy_for.experiments.core.summary import Summary, summarize
+from dspy_for.experiments.core.summary import Summary
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
+from dspy_for.experiments.sweeps.final_test import FinalTest, run_final_test
 from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 from dspy_for.experiments.sweeps.storage import make_storage, open_study, requeue_failed
 from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent, sweep_spend
 from dspy_for.experiments.sweeps.workers import _worker_entry as _worker_entry  # re-exported for worker scripts
-from dspy_for.experiments.tracking.datasets import log_dataset
-from dspy_for.experiments.tracking.sink import MlflowSink
 
 __all__ = [
     "FinalTest",
@@ -50,20 +49,6 @@ __all__ = [
 
 
 # -------------------------------------------------------------------------------------------- sweep
-
-
-@dataclass(frozen=True)
-class FinalTest:
-    """``--final-test``: the best trial's configuration run once on the test split (its method and parameters, and
-    the summary of its records), and the items ``max_cost`` kept it from starting."""
-
-    method: str
-    params: dict[str, Any]
-    summary: Summary
-    not_started: int = 0
-
-    def row(self) -> dict[str, Any]:
-        return {"method": self.method, "params": self.params, **self.summary.row()}
 
 
 @dataclass
@@ -169,21 +154,3 @@ def _count_left_out(result: SweepResult) -> None:
     cut = 1 if result.final_test is not None and result.final_test.not_started else 0
     spend.left_out = "trial(s) not finished" + (" (the final test among them)" if cut else "")
     spend.not_started = max(0, result.spec.n_trials - done) + cut
-
-
-def run_final_test(spec: SweepSpec, study: Any, parent: str | None, limit: SpendLimit | None = None) -> FinalTest:
-    """The best configuration once on the test split, through the same run core as ``compare``, under the sweep's
-    spend ``limit``; its data and one trace per item are logged on the sweep's parent run (a tracing failure is
-    only a warning). Nothing scored: no accuracy, no cost, never a 0.0 standing for an outage."""
-    best = study.best_trial
-    test = replace(spec.dataset, split=spec.test_split, first=None)
-    run = prepare_run(spec, test, spec.trial_method(best.params, "final-test"))
-    sinks = []
-    if parent is not None:
-        log_dataset(run, context="test", run_id=parent)
-        sinks.append(MlflowSink(run, parent, end_run=False))
-    before = limit.not_started if limit is not None else 0
-    with Evaluation(run, sinks=sinks, origin=parent) as ev:
-        ev.feed(run.examples, limit=limit)
-    left = (limit.not_started - before) if limit is not None else 0
-    return FinalTest(run.method.name, best.params, summarize(ev.result), not_started=left)

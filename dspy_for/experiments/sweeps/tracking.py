@@ -17,8 +17,8 @@ from dspy_for.experiments.tracking.store import critical_write
 from dspy_for.secrets import hide_password
 
 if TYPE_CHECKING:
+    from dspy_for.experiments.sweeps.final_test import FinalTest
     from dspy_for.experiments.sweeps.spec import SweepSpec
-    from dspy_for.experiments.sweeps.sweep import FinalTest
 
 __all__ = ["finish_parent", "finish_trial", "hide_password", "start_parent", "start_trial"]
 
