@@ -103,7 +103,11 @@ def render(cells: list[Cell]) -> str:
     for m, spec in MODULES.items():
         cols = [lay for lay in layouts(spec) if any(c.module == m and c.layout == lay for c in cells)]
         roles = ", ".join(f"`{r}`" for r in spec.roles)
-        lines += ["", f"### {spec.title}", "", f"Roles: {roles}.", ""]
+        how = "with `program.set_lm(lm)`" if spec.roles[spec.one] is None else f"(`{spec.roles[spec.one]}=`)"
+        given = f"`one` gives `{spec.one}` its LM {how}"
+        if spec.several:
+            given += f", `several` gives {' and '.join(f'`{r}`' for r in spec.several)} theirs"
+        lines += ["", f"### {spec.title}", "", f"Roles: {roles}; {given}.", ""]
         lines.append("| entry point | " + " | ".join(f"`{c}`" for c in cols) + " |")
         lines.append("|---|" + "---|" * len(cols))
         for e, entry in ALL_ENTRY_POINTS.items():
