@@ -194,5 +194,5 @@ def _cost_metrics(advice: Advice) -> dict[str, float]:
         out["advise.cost_per_item_usd"] = cost
     s = advice.spend
     if s is not None and s.unpriced_calls == 0:
-        out["advise.spent_usd"] = s.spent
+        out["advise.spent_usd"] = s.total
     return out

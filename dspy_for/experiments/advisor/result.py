@@ -197,7 +197,7 @@ class Advice(Outcome):
         s = self.spend
         out: dict[str, Any] = {"stopped_by_cost": self.stopped_by_cost}
         if s is not None and s.unpriced_calls == 0:
-            out["spent_usd"] = s.spent
+            out["spent_usd"] = s.total
         if s is not None and s.max_cost is not None:
             out["max_cost"] = s.max_cost
         return out
