@@ -5,6 +5,7 @@ same LMs keeps them; copies (``deepcopy``, ``reset_copy``) keep every role's LM.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
@@ -86,6 +87,8 @@ def test_an_object_role_is_reported_on_load_and_kept_when_the_program_has_it(tmp
         assert isinstance(bare.debater.lm, UnsuppliedLM) and bare.defender.lm is None
         with pytest.raises(ConfigError, match=r"`debater`.*\(`openai/deb`\).*LM object.*debater_lm=<LM>"):
             bare(question=Q)
+        with pytest.raises(ConfigError, match="`debater`"):
+            asyncio.run(bare.acall(question=Q))
         assert server.requests == []  # refused before any LM call
         again = load(path, form, FORPrompting(SIG, rounds=1, debater_lm=debater))
         assert again.debater.lm is debater
