@@ -23,6 +23,9 @@ from dspy_for.experiments.methods import get_method
 from dspy_for.modules import Cascade, FORPrompting, ProRefine, SelfConsistency
 
 SIG = "question -> answer: float"
+#: the API key of every plain LM; a spec string's LM reads :data:`SPEC_KEY` from the environment (make_lm takes none)
+API_KEY = "sk-matrix-0123456789abcdef"
+SPEC_KEY = "sk-matrix-spec-0123456789abcdef"
 #: the model the configured LM names (``dspy.configure(lm=...)``)
 CONFIGURED = "m-configured"
 #: what an optimizer's proposed instruction carries; with ``MatrixResponder.tuned`` only a call whose instructions
@@ -220,7 +223,7 @@ def layouts(module: ModuleSpec) -> dict[str, Layout]:
 def plain_lm(base_url: str, model: str, **kwargs: Any) -> dspy.LM:
     """A plain ``dspy.LM`` on the test server naming ``model`` (no cache: every call reaches the server)."""
     options: dict[str, Any] = {"cache": False, "num_retries": 0, "timeout": 10, **kwargs}
-    return dspy.LM(f"openai/{model}", api_base=base_url, api_key="sk-matrix", **options)
+    return dspy.LM(f"openai/{model}", api_base=base_url, api_key=API_KEY, **options)
 
 
 def role_lms(layout: Layout, base_url: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import dspy
 from dspy.clients import base_lm
 from dspy.utils.callback import BaseCallback
-from matrix_cells import CONFIGURED, answer_of, example, question
+from matrix_cells import API_KEY, CONFIGURED, SPEC_KEY, answer_of, example, question
 from matrix_context import Ctx, EntryPoint, LMCalls, answer, assert_every_role_ran
 from matrix_log import HINT_FIELD
 
@@ -158,20 +158,25 @@ class _Recorder(BaseCallback):
 
 
 def run_callbacks(ctx: Ctx) -> None:
+    """Every role reaches DSPy's callbacks and its trace as ``Predict`` calls, the final answer among them."""
     program = ctx.build()
-    recorder = _Recorder()
-    with dspy.context(callbacks=[recorder]):
+    recorder, trace = _Recorder(), []
+    with dspy.context(callbacks=[recorder], trace=trace):
         pred = program(question=question(1))
     calls = ctx.calls()
     assert Counter(recorder.lm_models) == Counter(c.model for c in calls), (
         "callbacks saw other LM calls than the server"
     )
     names = {id(p): n for n, p in program.named_predictors()}
-    reported = {ctx.spec.predictors[names[id(m)]] for m, _ in recorder.ends if id(m) in names}
-    assert {c.role for c in calls if c.role} <= reported, f"roles called but not reported as Predict calls: {reported}"
-    final = dict(program.named_predictors())[ctx.spec.final]
-    ends = [out for m, out in recorder.ends if m is final and out is not None]
-    assert ends and answer(ends[-1]) == answer(pred) == answer_of(1), "the final answer is not a reported Predict call"
+    called = {c.role for c in calls if c.role}
+    for seen, what in ((recorder.ends, "callbacks"), ([(p, out) for p, _, out in trace], "the trace")):
+        reported = {ctx.spec.predictors[names[id(m)]] for m, _ in seen if id(m) in names}
+        assert called <= reported, f"roles called but not in {what} as Predict calls: {called - reported}"
+        final = dict(program.named_predictors())[ctx.spec.final]
+        ends = [out for m, out in seen if m is final and out is not None]
+        assert ends and {answer(e) for e in ends} == {answer(pred)} == {answer_of(1)}, (
+            f"the final predictor's calls in {what} are not the final answer: {[e.get('answer') for e in ends]}"
+        )
 
 
 def run_track_usage(ctx: Ctx) -> None:
@@ -258,6 +263,9 @@ def _saved(ctx: Ctx, form: str) -> tuple[Path, dict[str, list[dict[str, Any]]]]:
     demos = _with_demos(program)
     path = ctx.tmp_path / {"json": "program.json", "pkl": "program.pkl", "program": "program"}[form]
     program.save(str(path), save_program=form == "program")
+    if form != "program":  # a state file carries no API key (a whole program is pickled with its LM objects)
+        saved = path.read_bytes()
+        assert API_KEY.encode() not in saved and SPEC_KEY.encode() not in saved, "an API key was saved"
     return path, demos
 
 
@@ -324,8 +332,9 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         ),
         EntryPoint(
             "callbacks",
-            "callbacks (`dspy.context(callbacks=...)`)",
-            "every LM call reported with its model; every role reported as a `Predict` call, the final answer too",
+            "callbacks and the trace (`dspy.context(callbacks=..., trace=[])`)",
+            "every LM call reported with its model; every role that called in both as a `Predict` call; the final "
+            "predictor's with the final answer only (never ProRefine's capped partial output)",
             run_callbacks,
         ),
         EntryPoint(
@@ -352,13 +361,14 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         EntryPoint(
             "save_json",
             '`save("x.json")` → `load`',
-            "demos restored and shown in every call (spec-string roles resolved again from the file)",
+            "no API key in the file; demos restored and shown in every call (spec-string roles built again from the "
+            "file)",
             save_load("json"),
         ),
         EntryPoint(
             "save_pkl",
             '`save("x.pkl")` → `load(allow_pickle=True)`',
-            "demos restored and shown in every call (spec-string roles resolved again from the file)",
+            "as JSON",
             save_load("pkl"),
         ),
         EntryPoint(

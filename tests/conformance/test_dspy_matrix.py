@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import dspy
 import pytest
-from matrix_cells import CONFIGURED, MODULES, layouts, plain_lm
+from matrix_cells import CONFIGURED, MODULES, SPEC_KEY, layouts, plain_lm
 from matrix_context import Ctx, check_routing
 from matrix_design import ALL_ENTRY_POINTS, CELLS, END, START, Cell, render
 from matrix_log import Roles
@@ -23,17 +22,6 @@ from dspy_for.lm.factory import configure_cache
 from dspy_for.testing.server import OpenAICompatibleServer
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "dspy.md"
-#: the API key spec-string roles read from the environment (make_lm takes none)
-SPEC_KEY = "sk-matrix-spec"
-
-
-@pytest.fixture
-def matrix_server() -> Iterator[OpenAICompatibleServer]:
-    server = OpenAICompatibleServer(MatrixResponder()).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def run_cell(cell: Cell, server: OpenAICompatibleServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -47,8 +35,8 @@ def run_cell(cell: Cell, server: OpenAICompatibleServer, tmp_path: Path, monkeyp
         monkeypatch.setenv("DSPY_FOR_CACHE_DIR", str(tmp_path / "cache"))  # make_lm caches: a fresh cache
         configure_cache(tmp_path / "cache")
     dspy.configure(lm=plain_lm(server.base_url, CONFIGURED))
-    assert isinstance(server.responder, MatrixResponder)
-    ctx = Ctx(server, server.responder, spec, layout, tmp_path)
+    server.responder = responder = MatrixResponder()
+    ctx = Ctx(server, responder, spec, layout, tmp_path)
     failure: BaseException | None = None
     try:
         ALL_ENTRY_POINTS[cell.entry].run(ctx)
@@ -69,8 +57,8 @@ def run_cell(cell: Cell, server: OpenAICompatibleServer, tmp_path: Path, monkeyp
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=[c.id for c in CELLS])
-def test_cell(cell: Cell, matrix_server: OpenAICompatibleServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    outcome = run_cell(cell, matrix_server, tmp_path, monkeypatch)
+def test_cell(cell: Cell, fault_server: OpenAICompatibleServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    outcome = run_cell(cell, fault_server, tmp_path, monkeypatch)
     if cell.refusal is None:
         assert outcome == "works", f"refused, but the matrix says it works: {outcome}"
     else:
