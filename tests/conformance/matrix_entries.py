@@ -380,7 +380,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         EntryPoint(
             "load_without_lms",
             '`save("x.json")` → `load` into a module built without its role LMs',
-            "a role whose LM was an object must be supplied again",
+            "a role whose LM was an object must be given again: a `ConfigError` at its first call, before any LM call",
             run_load_without_lms,
         ),
     )
