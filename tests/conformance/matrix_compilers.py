@@ -3,7 +3,7 @@ the smallest settings that run (two training items). Each compiles the cell's mo
 new item and asserts what the compiler promises: demos added (and shown in every later call, ProRefine's capped
 steps too), instructions changed (the responder answers right only under a proposed instruction, so a compiler that
 keeps one measurably improves the program), or its candidates kept. Routing during the compile and after it is
-asserted for every cell from the server's log (:func:`matrix_entries.check_routing`)."""
+asserted for every cell from the server's log (:func:`matrix_context.check_routing`)."""
 
 from __future__ import annotations
 

@@ -41,8 +41,7 @@ class MatrixResponder:
         key = fields_of(messages)
         if key is None:
             return f"```\n{TUNED_INSTRUCTION}\n```"
-        last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
-        found = _ITEM.search(last_user)
+        found = _ITEM.search(_last_user(messages))  # the item asked (demos come before it)
         right = answer_of(int(found.group(1))) if found else 36.0
         if self.tuned and MARKER not in system_text(messages):
             right -= 1
@@ -77,11 +76,14 @@ class MatrixResponder:
         if "instruction" in name:
             return TUNED_INSTRUCTION
         if "prompt" in name:  # ProRefine's optimizer keeps a tuned prompt tuned, and tunes no other
-            last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
-            return TUNED_INSTRUCTION if MARKER in last_user else UNTUNED_INSTRUCTION
+            return TUNED_INSTRUCTION if MARKER in _last_user(messages) else UNTUNED_INSTRUCTION
         if name == "answer":  # a Host or Defender whose answer is written out, the number in the text
             return f"He has {right:g} apples."
         return "Check the multiplication of the boxes once more."
+
+
+def _last_user(messages: list[dict[str, Any]]) -> str:
+    return next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
 
 
 def _module_names(messages: list[dict[str, Any]]) -> list[str]:
