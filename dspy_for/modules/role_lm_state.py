@@ -22,7 +22,7 @@ import json
 import logging
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dspy
 
@@ -31,9 +31,6 @@ from dspy_for.jsonwalk import walk
 from dspy_for.lm import make_lm
 from dspy_for.lm.origin import made_from
 from dspy_for.secrets import is_secret_key, needs_redaction
-
-if TYPE_CHECKING:
-    from dspy_for.modules.role_lms import PerRoleLMs
 
 __all__ = ["STATE_KEY", "UnsuppliedLM", "check_supplied", "dump", "lm_record", "rebuild_unpickled", "restore", "split"]
 
@@ -74,7 +71,7 @@ def lm_record(lm: Any) -> dict[str, Any] | None:
     return {"object": str(getattr(lm, "model", None) or type(lm).__name__)}
 
 
-def dump(program: PerRoleLMs, state: dict[str, Any]) -> dict[str, Any]:
+def dump(program: dspy.Module, state: dict[str, Any]) -> dict[str, Any]:
     """``state`` (DSPy's) with every predictor's LM as its record under :data:`STATE_KEY`, none in its own entry."""
     records = {}
     for name, predictor in program.named_predictors():
@@ -99,7 +96,7 @@ def split(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return records, stripped
 
 
-def restore(program: PerRoleLMs, records: Mapping[str, Any], before: Mapping[str, Any], *, allow_unsafe: bool) -> None:
+def restore(program: dspy.Module, records: Mapping[str, Any], before: Mapping[str, Any], *, allow_unsafe: bool) -> None:
     """Each predictor's LM after a load: as its record says (see the module docstring); ``before``: each predictor's
     LM before the load."""
     built: dict[str, Any] = {}
@@ -153,8 +150,8 @@ def _build(record: Mapping[str, Any]) -> Any:
     return lm.copy(**record["changes"]) if record["changes"] else lm
 
 
-def _unsupplied(program: PerRoleLMs, name: str, record: Mapping[str, Any]) -> UnsuppliedLM:
-    param = program.lm_parameters.get(name)
+def _unsupplied(program: dspy.Module, name: str, record: Mapping[str, Any]) -> UnsuppliedLM:
+    param = getattr(program, "lm_parameters", {}).get(name)
     give = f"`{param}=<LM>` when you build the program you load into, or " if param else ""
     fix = f"give it again: {give}`program.{name}.lm = <LM>` (`program.set_lm(lm)` puts every role on one LM)"
     if "spec" in record:
