@@ -118,9 +118,11 @@ def test_a_compile_leaves_out_every_item_the_run_scores_and_validates_on_the_spl
     scored = load_examples(DATA)  # the first 3 items
     _, cost = compile_once(lm, tmp_path / "p.compiled.json", table=TEXTGRAD, scored=scored)
     train = load_dataset("gsm8k", "sample", limit=12, seed=0)
+    validating = {key(ex) for ex in SAMPLE[-5:]}
     expected_out = sum(key(ex) in {key(s) for s in scored} for ex in train)
-    assert expected_out > 0  # the seeded sample holds a scored item: the rule has something to do
-    assert cost.left_out == expected_out and cost.train_items == 12 - expected_out
+    expected_val = sum(key(ex) in validating for ex in train)
+    assert expected_out > 0 and expected_val > 0  # the seeded sample holds both: each rule has something to do
+    assert cost.left_out == expected_out and cost.train_items == 12 - expected_out - expected_val  # no val item trained
     assert cost.val_items == 5 and {key(ex) for ex in SAMPLE[-5:]} <= set(cost.items)  # the last 5: none scored
     assert not {key(s) for s in scored} & set(cost.items)
     # a run grown to the items the compile decided on (here its validation items) refuses the cached program, before

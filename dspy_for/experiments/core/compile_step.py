@@ -4,11 +4,18 @@ the compile cost (:class:`CompileCost`), kept beside the compiled program and re
 
 **Which items a compile decides on.** Its train set is ``trainset`` (default the train split; ``train_limit``: a
 seeded sample of N), its validation set the *last* ``val_limit`` items of ``valset`` (default val; all of it without a
-limit; BootstrapFewShot takes none), while a run scores a split's *first* items — and every item the run scores is
-left out of both (matched by question and gold; how many is recorded as ``left_out``), so a compile never decides on
-an item a reported cell scores, even when it trains on the split the run scores (a user's one-split data file). The
-compiled program is kept with the items it decided on: a resumed run that now scores one of them (grown to more
-items) is a :class:`ConfigError` naming the cached file to delete, never a silent reuse.
+limit; BootstrapFewShot takes none), and no validation item is trained on (the same split for both: its last items
+validate, the others train), while a run scores a split's *first* items — and every item the run scores is left out
+of both (matched by question and gold; how many is recorded as ``left_out``), so a compile never decides on an item a
+reported cell scores, even when it trains on the split the run scores (a user's one-split data file). ``data``: a
+JSONL file (``question`` / ``answer`` per line) whose one split ``all`` it trains and validates on instead of the
+run's dataset (``advise --train``). The compiled program is kept with the items it decided on: a resumed run that now
+scores one of them (grown to more items) is a :class:`ConfigError` naming the cached file to delete, never a silent
+reuse.
+
+**Spend.** A compile is never cut short by ``max_cost``; what a new one spent counts against it once it ends
+(:meth:`~dspy_for.experiments.core.spend.SpendLimit.add_compile`), and once the limit is reached no new compile
+starts (:class:`CompileNotStarted`; a program in the cache is still reused: it costs nothing).
 """
 
 from __future__ import annotations
@@ -21,14 +28,24 @@ from typing import Any
 
 import dspy
 
-from dspy_for.datasets import content_key, dataset_info
+from dspy_for.datasets import content_key, dataset_info, register_jsonl
+from dspy_for.datasets.user import USER_SPLIT
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import check_compile
 from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, load_examples
 from dspy_for.lm.usage import RoleUsage, Usage
 from dspy_for.optimizers import COMPILERS, compile_program, load_compiled
 
-__all__ = ["CompileCost", "compile_for_run", "compile_settings"]
+__all__ = ["CompileCost", "CompileNotStarted", "compile_for_run", "compile_settings"]
+
+
+class CompileNotStarted(RuntimeError):
+    """``max_cost`` was reached before a method's compile started: the method runs no item (``items`` of them are
+    left out; a re-run with a higher ``max_cost`` compiles it and resumes)."""
+
+    def __init__(self, label: str, items: int) -> None:
+        super().__init__(f"{label}: not compiled, max_cost was reached before its compile started")
+        self.label, self.items = label, items
 
 
 @dataclass(frozen=True)
@@ -156,12 +173,16 @@ def compile_for_run(
     )
     cfg = dict(method.compile or {})
     kind = cfg.pop("kind")
-    trainset = load_examples(dataset, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
+    source = _source(cfg.pop("data", None), dataset)
+    if source is not dataset:  # a file of one split: train and validate on it
+        cfg = {"trainset": USER_SPLIT, "valset": USER_SPLIT, **cfg}
+    trainset = load_examples(source, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
     val_split, val_limit = cfg.pop("valset", "val"), cfg.pop("val_limit", None)
-    valset = load_examples(dataset, val_split) if COMPILERS[kind].uses_valset else []  # bootstrap: none
+    valset = load_examples(source, val_split) if COMPILERS[kind].uses_valset else []  # bootstrap: none
     if val_limit:
         valset = valset[-int(val_limit) :]
     cfg.pop("optimizer_lm", None)
+    trainset = _not_validating(method.label, trainset, valset)
     scored_keys = {_key(ex) for ex in scored}
     trainset, valset, left_out = _unscored(method.label, trainset, valset, scored_keys)
     if cached is not None and cached.is_file():
@@ -186,6 +207,28 @@ def compile_for_run(
         result.program.save(str(cached))
         cost.save(cached)
     return result.program, cost
+
+
+def _source(data: str | None, dataset: DatasetConfig) -> DatasetConfig:
+    """Where a compile takes its items: the file ``data`` (a ``compile`` table's ``data``: its one split ``all``,
+    read and checked now), else the run's ``dataset``."""
+    if data is None:
+        return dataset
+    return DatasetConfig(name=register_jsonl(data).name, split=USER_SPLIT, seed=dataset.seed)
+
+
+def _not_validating(label: str, trainset: list[dspy.Example], valset: list[dspy.Example]) -> list[dspy.Example]:
+    """``trainset`` without the validation items (a compile never validates on an item it trained on); a
+    :class:`ConfigError` naming the fix when none is left."""
+    validating = {_key(ex) for ex in valset}
+    train = [ex for ex in trainset if _key(ex) not in validating]
+    if trainset and not train:
+        raise ConfigError(
+            f"`compile` of method `{label}`: every one of its {len(trainset)} `trainset` items is a validation item, "
+            "and a compile never trains on those: give `val_limit` (the last N items validate, the others train), "
+            "or a `trainset` other than `valset`."
+        )
+    return train
 
 
 def _unscored(

@@ -18,8 +18,10 @@ from typing import Any
 import dspy
 
 from dspy_for.datasets import signature_for
-from dspy_for.experiments.core.compile_step import CompileCost, compile_for_run, compile_settings
+from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run, compile_settings
+from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.methods import build_method, get_method
+from dspy_for.experiments.spec.checks import COMPILE_ROLE
 from dspy_for.experiments.spec.config import Overrides, apply_overrides
 from dspy_for.experiments.spec.model import (
     DatasetConfig,
@@ -58,6 +60,7 @@ class PreparedRun:
     key: str  # names the per-item results (see RunSpec.item_key)
     compile_usage: dict[str, Any] | None = None
     compile_cost: CompileCost | None = None  # what the compile step cost (``reused``: its first compile's, not spent)
+    compiled_path: Path | None = None  # where the compiled program is kept (``load_compiled`` reads it back)
     judge: Judge | None = None  # grades every scored item (the spec's [judge]); its calls are role `judge`
     judge_name: str = ""  # the judge's LM as recorded with each verdict (a verdict by another judge is redone)
 
@@ -111,11 +114,14 @@ def prepare_run(
     *,
     examples: list[dspy.Example] | None = None,
     compile_dir: Path | None = None,
+    limit: SpendLimit | None = None,
 ) -> PreparedRun:
     """Build one method's run: its examples, metric, signature, LM per role, program, compile step and judge.
 
     ``examples`` (default: :func:`load_examples` of ``dataset``) may be passed when the caller has them.
-    ``compile_dir``: where a compiled program is kept, so a resumed run does not compile again.
+    ``compile_dir``: where a compiled program is kept, so a resumed run does not compile again. ``limit``: the run's
+    ``max_cost``, which a new compile's spend counts against; once it is reached no new compile starts
+    (:class:`~dspy_for.experiments.core.compile_step.CompileNotStarted`).
     """
     registered = get_method(method.name)
     options, temperature = registered.split_options(method.options)
@@ -128,10 +134,12 @@ def prepare_run(
         dataset, method, method.options, registered.roles, prompts_fingerprint(program), registered.revision
     )
     examples = examples if examples is not None else load_examples(dataset)
-    compile_cost = None
+    compile_cost = cached = None
     if method.compile:
-        optimizer_lm = role_lm(spec, compile_settings(method).get("optimizer_lm", spec.lm), "optimizer")
         cached = compile_dir / f"{method.label}.{key}.compiled.json" if compile_dir else None
+        if limit is not None and limit.reached and not (cached is not None and cached.is_file()):
+            raise CompileNotStarted(method.label, len(examples) * spec.epochs)
+        optimizer_lm = role_lm(spec, compile_settings(method).get("optimizer_lm", spec.lm), COMPILE_ROLE)
         program, compile_cost = compile_for_run(
             program,
             method,
@@ -142,6 +150,8 @@ def prepare_run(
             cached=cached,
             scored=examples,
         )
+        if limit is not None:
+            limit.add_compile(compile_cost)
     judge, judge_name = _judge(spec, metric)
     return PreparedRun(
         spec=spec,
@@ -158,6 +168,7 @@ def prepare_run(
         key=key,
         compile_usage=compile_cost.usage if compile_cost else None,
         compile_cost=compile_cost,
+        compiled_path=cached,
         judge=judge,
         judge_name=judge_name,
     )

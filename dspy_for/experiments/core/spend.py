@@ -7,8 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from dspy_for.lm.usage import CallRecord
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.core.compile_step import CompileCost
 
 __all__ = ["SpendLimit", "money"]
 
@@ -19,7 +23,8 @@ class SpendLimit:
     other trials and worker processes, read from its study). Once :attr:`reached`, no item starts (those running
     finish) and each item left out counts in ``not_started`` (``left_out``: what the count is, said in the spend
     line; a sweep counts its unfinished trials). A call without a price adds nothing and is counted in
-    ``unpriced_calls``."""
+    ``unpriced_calls``. A compile this run made counts too (:meth:`add_compile`); a compile is never cut short, but
+    none starts once the limit is reached."""
 
     def __init__(
         self, max_cost: float | None = None, *, earlier: float = 0.0, left_out: str = "item(s) not started"
@@ -36,6 +41,16 @@ class SpendLimit:
                     self.unpriced_calls += 1
                 else:
                     self.spent += call.cost
+
+    def add_compile(self, cost: CompileCost) -> None:
+        """What a compile step spent: nothing when its program was reused from the cache (it was spent before)."""
+        if cost.reused:
+            return
+        usd = cost.spent_usd
+        if usd is None:
+            self.unpriced_calls += cost.total.calls
+        else:
+            self.spent += usd
 
     @property
     def total(self) -> float:

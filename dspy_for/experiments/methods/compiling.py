@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from dspy_for.errors import ConfigError
+from dspy_for.datasets import register_jsonl
+from dspy_for.datasets.user import USER_SPLIT
+from dspy_for.errors import ConfigError, DatasetError
 from dspy_for.experiments.methods.entry import get_method, list_methods
 from dspy_for.lm import check_lm_spec
 from dspy_for.optimizers import COMPILERS, check_compile_options
@@ -15,7 +17,7 @@ from dspy_for.optimizers import COMPILERS, check_compile_options
 __all__ = ["COMPILE_KEYS", "check_compile", "compilable_methods", "predictor_names"]
 
 #: the keys of a ``compile`` table every kind takes (the compile step reads them); any other is the optimizer's own
-COMPILE_KEYS = ("kind", "trainset", "valset", "train_limit", "val_limit", "optimizer_lm")
+COMPILE_KEYS = ("kind", "data", "trainset", "valset", "train_limit", "val_limit", "optimizer_lm")
 
 
 def predictor_names(name: str, options: Mapping[str, Any] | None = None) -> list[str]:
@@ -42,7 +44,8 @@ def check_compile(
 ) -> None:
     """The ``compile`` table of method ``name`` (with ``options``; ``label``: how the run names it), checked before any
     LM call: a :class:`ConfigError` naming the fix otherwise. ``splits``: the dataset's splits, when known, that
-    ``trainset`` and ``valset`` must name. None: no compile step, nothing to check."""
+    ``trainset`` and ``valset`` must name (with ``data``, a JSONL file read and checked here: its one split ``all``).
+    None: no compile step, nothing to check."""
     if table is None:
         return
     where = f"`compile` of method `{label or name}`"
@@ -57,7 +60,10 @@ def check_compile(
             f"{where}: method `{name}` has no predictors, so a compiler has nothing to tune. Drop its `compile` "
             f"table, or compile a method that has predictors: {', '.join(compilable_methods())}."
         )
-    for key, default in (("trainset", "train"), ("valset", "val")):
+    defaults = {"trainset": "train", "valset": "val"}
+    if table.get("data") is not None:
+        splits, defaults = _train_file(table["data"], where), dict.fromkeys(defaults, USER_SPLIT)
+    for key, default in defaults.items():
         split = table.get(key, default)
         if not isinstance(split, str) or (splits is not None and split not in splits):
             known = f": one of {', '.join(splits)}" if splits is not None else ""
@@ -82,3 +88,16 @@ def check_compile(
             f"{where}: method `{name}` has no predictor `{unknown[0]}` (in `predictors`). Its predictors: "
             f"{', '.join(predictors)}."
         )
+
+
+def _train_file(data: Any, where: str) -> tuple[str, ...]:
+    """The splits of a ``compile`` table's ``data`` file (read and checked now): its one split ``all``."""
+    if not isinstance(data, str) or not data.strip():
+        raise ConfigError(
+            f"{where}: `data` must be the path of a JSONL file (question / answer per line), got {data!r}."
+        )
+    try:
+        register_jsonl(data)
+    except DatasetError as exc:
+        raise ConfigError(f"{where}: `data`: {exc}") from None
+    return (USER_SPLIT,)

@@ -1,19 +1,52 @@
-"""Checks of a run specification that need more than its own fields: prices (``max_cost``) and whether repeated
-items can differ (``epochs``). Both run before any LM call."""
+"""Checks of a run specification that need more than its own fields: prices (``max_cost``), whether repeated
+items can differ (``epochs``) and each compile table against each dataset's splits. All run before any LM call."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
+from dspy_for.datasets import dataset_info
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import get_method
+from dspy_for.experiments.methods import check_compile, get_method
 from dspy_for.lm.pricing import is_priced
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.spec.model import ExperimentSpec, RunSpec
+    from dspy_for.experiments.spec.data import DatasetConfig
+    from dspy_for.experiments.spec.model import ExperimentSpec, MethodConfig, RunSpec
 
-__all__ = ["check_epochs_sample", "check_priced"]
+__all__ = ["COMPILE_ROLE", "check_compiles", "check_epochs_sample", "check_priced", "compile_lms", "compile_roles"]
+
+#: the role a compile step builds its LM for (``optimizer_lm``, default the run's LM; its LM options are this
+#: role's): ``max_cost`` needs it priced like every other role
+COMPILE_ROLE = "optimizer"
+
+
+def compile_roles(methods: Sequence[MethodConfig]) -> set[str]:
+    """:data:`COMPILE_ROLE` when a method compiles (the compile's LM is built for it; its options are that role's)."""
+    return {COMPILE_ROLE} if any(m.compile for m in methods) else set()
+
+
+def compile_lms(methods: Sequence[MethodConfig], role: str = COMPILE_ROLE) -> list[Any]:
+    """The LMs the methods' compile tables name for ``role`` (``optimizer_lm``, built for :data:`COMPILE_ROLE`)."""
+    named = [(m.compile or {}).get("optimizer_lm") for m in methods] if role == COMPILE_ROLE else []
+    return [lm for lm in named if lm is not None]
+
+
+def check_compiles(spec: RunSpec, methods: Sequence[MethodConfig], datasets: Sequence[DatasetConfig]) -> None:
+    """Each method's compile table against each dataset's splits (``trainset`` and ``valset`` must name one); and a
+    ``role_lms`` entry for :data:`COMPILE_ROLE` that no method's own role takes is refused: a compile's LM is its
+    table's ``optimizer_lm``."""
+    for d in datasets:
+        for m in methods:
+            check_compile(m.name, m.options, m.compile, label=m.label, splits=dataset_info(d.name).splits)
+    own = any(COMPILE_ROLE in get_method(m.name).roles for m in methods)
+    if COMPILE_ROLE in spec.role_lms and not own:
+        raise ConfigError(
+            f"`role_lms`: no method of this run has a role `{COMPILE_ROLE}`; a compile's LM is its table's "
+            f'`optimizer_lm` (e.g. compile = {{ kind = "gepa", optimizer_lm = "openai/gpt-4.1-mini" }}): set it '
+            f"there (its LM options: `role_lm_options.{COMPILE_ROLE}`)."
+        )
 
 
 def check_priced(spec: RunSpec, roles: Iterable[str]) -> None:

@@ -20,8 +20,14 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 import dspy
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import get_method
-from dspy_for.experiments.spec.checks import check_epochs_sample, check_priced
+from dspy_for.experiments.methods import check_compile, get_method
+from dspy_for.experiments.spec.checks import (
+    check_compiles,
+    check_epochs_sample,
+    check_priced,
+    compile_lms,
+    compile_roles,
+)
 from dspy_for.experiments.spec.data import DatasetConfig, load_examples, positive_int
 from dspy_for.experiments.spec.identity import prompts_fingerprint, stable_hash
 from dspy_for.experiments.spec.settings import SETTINGS
@@ -30,16 +36,8 @@ from dspy_for.judges import RUBRICS
 from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm, is_reasoning_model, lm_defaults
 from dspy_for.lm.factory import REASONING_MAX_TOKENS, TRANSPORT_OPTIONS
 
-__all__ = [
-    "DatasetConfig",
-    "ExperimentSpec",
-    "JudgeConfig",
-    "MethodConfig",
-    "ProgramSpec",
-    "RunSpec",
-    "load_examples",
-    "prompts_fingerprint",
-]
+__all__ = ["DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "ProgramSpec", "RunSpec"]
+__all__ += ["load_examples", "prompts_fingerprint"]
 
 DEFAULT_LM = "local/qwen2.5-coder-1.5b"
 #: an LM as a run names it: a model string (``openai/gpt-4.1-mini``, ``local/<name>``) or any ``dspy.BaseLM``
@@ -49,7 +47,7 @@ LMLike: TypeAlias = str | dspy.BaseLM
 @dataclass
 class MethodConfig:
     """One method of a run: a registry name, a label, its options, per-role LMs and an optional compile step
-    (``{kind, trainset, valset, train_limit, val_limit, optimizer_lm, <optimizer options>}``)."""
+    (``{kind, data, trainset, valset, train_limit, val_limit, optimizer_lm, <optimizer options>}``)."""
 
     name: str
     label: str = ""
@@ -61,14 +59,16 @@ class MethodConfig:
         self.label = self.label or self.name
 
     def validate(self) -> None:
-        """Its options (names, and values: the method is built without LMs, which calls nothing), its roles and their
-        LM specs — the one check of a method's options in a run, before anything runs."""
+        """Its options (names, and values: the method is built without LMs, which calls nothing), its roles, their LM
+        specs and its compile table (the splits: with the datasets) — the one check of a method in a run, before
+        anything runs."""
         entry = get_method(self.name)
         entry.validate_options(self.options)
         entry.validate_roles(self.role_lms)
         for s in self.role_lms.values():
             if isinstance(s, str):
                 check_lm_spec(s)
+        check_compile(self.name, self.options, self.compile, label=self.label)
 
 
 @dataclass
@@ -350,10 +350,11 @@ class ExperimentSpec(RunSpec):
         return replace(self, datasets=[replace(d, **changes) for d in self.datasets])
 
     def method_roles(self) -> set[str]:
-        return {r for m in self.methods for r in get_method(m.name).roles}
+        """Every method's roles, and ``optimizer`` when a method compiles (the compile's LM is built for it)."""
+        return {r for m in self.methods for r in get_method(m.name).roles} | compile_roles(self.methods)
 
     def _method_lms(self, role: str) -> list[LMLike]:
-        return [m.role_lms[role] for m in self.methods if role in m.role_lms]
+        return [m.role_lms[role] for m in self.methods if role in m.role_lms] + compile_lms(self.methods, role)
 
     def validate(self) -> ExperimentSpec:
         if not self.datasets:
@@ -367,6 +368,7 @@ class ExperimentSpec(RunSpec):
         for m in self.methods:
             m.validate()
         super().validate()
+        check_compiles(self, self.methods, self.datasets)
         if self.baseline is not None and self.baseline not in labels:
             raise ConfigError(f"`baseline` `{self.baseline}` is not a method label. Labels: {', '.join(labels)}.")
         self._validate_sequential()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dspy_for.experiments.core import Evaluation, SpendLimit, prepare_run
+from dspy_for.experiments.core import Evaluation, MethodResult, SpendLimit, prepare_run
+from dspy_for.experiments.core.compile_step import CompileNotStarted
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.sweeps.spec import SweepSpec
 from dspy_for.experiments.tracking.datasets import log_dataset
@@ -35,7 +36,13 @@ def run_final_test(spec: SweepSpec, study: Any, parent: str | None, limit: Spend
     only a warning). Nothing scored: no accuracy, no cost, never a 0.0 standing for an outage."""
     best = study.best_trial
     test = replace(spec.dataset, split=spec.test_split, first=None)
-    run = prepare_run(spec, test, spec.trial_method(best.params, "final-test"))
+    method = spec.trial_method(best.params, "final-test")
+    try:
+        run = prepare_run(spec, test, method, limit=limit)
+    except CompileNotStarted as exc:  # max_cost was reached before its compile: none of its items starts
+        if limit is not None:
+            limit.not_started += exc.items
+        return FinalTest(method.name, best.params, summarize(MethodResult(method.label, [])), exc.items)
     sinks = []
     if parent is not None:
         log_dataset(run, context="test", run_id=parent)

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import get_method
+from dspy_for.experiments.methods import check_compile, get_method
+from dspy_for.experiments.spec.checks import check_compiles, compile_lms, compile_roles
 from dspy_for.experiments.spec.config import (
     Overrides,
     apply_overrides,
@@ -18,14 +19,13 @@ from dspy_for.experiments.spec.config import (
     read_toml,
     split_settings,
 )
-from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, RunSpec
+from dspy_for.experiments.spec.model import DatasetConfig, LMLike, MethodConfig, RunSpec
 from dspy_for.experiments.sweeps.search_space import (
     MethodChoice,
     SearchSpace,
     parse_method_choice,
     parse_search_space,
 )
-from dspy_for.optimizers import COMPILERS
 
 __all__ = ["OBJECTIVES", "SweepSpec", "load_sweep_spec"]
 
@@ -87,7 +87,15 @@ class SweepSpec(RunSpec):
         return replace(self, dataset=replace(self.dataset, **changes))
 
     def method_roles(self) -> set[str]:
-        return {r for m in self.methods for r in get_method(m).roles}
+        """Every method's roles, and ``optimizer`` with a compile step (the compile's LM is built for it)."""
+        return {r for m in self.methods for r in get_method(m).roles} | compile_roles(self._compiled())
+
+    def _method_lms(self, role: str) -> list[LMLike]:
+        return compile_lms(self._compiled(), role)
+
+    def _compiled(self) -> list[MethodConfig]:
+        """The method every trial compiles, with its fixed options (none without a compile step)."""
+        return [MethodConfig(name=str(self.method), options=self.fixed, compile=self.compile)] if self.compile else []
 
     def fixed_for(self, method: str) -> dict[str, Any]:
         """Options held constant: ``[fixed]`` (one method) or ``[fixed.<method>]`` (several)."""
@@ -127,9 +135,7 @@ class SweepSpec(RunSpec):
         if self.compile is not None:
             if not isinstance(self.method, str):
                 raise ConfigError("`compile` works with one `method`; sweep several methods without it.")
-            kind = self.compile.get("kind") if isinstance(self.compile, dict) else self.compile
-            if kind not in COMPILERS:
-                raise ConfigError(f"`compile` needs `kind` = one of {', '.join(COMPILERS)}, got {kind!r}.")
+            check_compile(self.method, self.fixed, self.compile)  # the splits: once the dataset is checked
         space = self.space  # parses and validates the search space (and the method names)
         if not isinstance(self.method, str):
             extra = sorted(set(self.fixed) - set(self.methods))
@@ -171,6 +177,7 @@ class SweepSpec(RunSpec):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
         super().validate()
+        check_compiles(self, self._compiled(), [self.dataset])
         return self
 
 

@@ -22,6 +22,7 @@ from dspy_for.compat import optuna as optuna_compat
 from dspy_for.datasets import content_key
 from dspy_for.errors import ConfigError, DspyForError
 from dspy_for.experiments.core import Evaluation, SpendLimit, load_examples, prepare_run
+from dspy_for.experiments.core.compile_step import CompileNotStarted
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.spec.settings import value_kind
@@ -91,9 +92,14 @@ class TrialObjective:
 
         spec, examples, deadline = self.spec, self.examples, self.deadline
         spec.suggest(trial)  # draws the trial's parameters into trial.params
-        run = prepare_run(
-            spec, spec.dataset, spec.trial_method(trial.params, f"trial-{trial.number}"), examples=examples
-        )
+        method = spec.trial_method(trial.params, f"trial-{trial.number}")
+        compiling = _chunk_limit(spec, trial) if method.compile else None  # its compile's spend counts too
+        try:
+            run = prepare_run(spec, spec.dataset, method, examples=examples, limit=compiling)
+        except CompileNotStarted:
+            raise TrialFailed(_COST_REACHED.format(money(spec.max_cost, as_given=True))) from None
+        if compiling is not None:
+            trial.set_user_attr(SPENT, float(trial.user_attrs.get(SPENT, 0.0)) + compiling.spent)
         if run.compile_usage is not None:
             total = run.compile_usage.get("total", {})
             trial.set_user_attr("compile_tokens", float(total.get("tokens", 0) + total.get("cached_tokens", 0)))
