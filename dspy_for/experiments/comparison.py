@@ -30,10 +30,12 @@ from dspy_for.experiments.core import (
     prepare_run,
     with_options,
 )
+from dspy_for.experiments.core.compile_step import CompileNotStarted
 from dspy_for.experiments.core.records import ComparisonResult
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
+from dspy_for.experiments.reports.compiled import breakeven_of
 from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides
@@ -92,7 +94,10 @@ def compare(
 def _report(out: ComparisonResult, parent: str, run_dir: Path) -> None:
     """The table (``summary.jsonl``, ``summary.txt``) and the plots, on the parent run and in ``run_dir``."""
     out.rows = report.summary_rows(out)
+    out.breakeven = breakeven_of(out)
     store.log_table(parent, out.rows, "summary.jsonl")
+    if out.breakeven:
+        store.log_table(parent, out.breakeven, "breakeven.jsonl")
     store.log_text(parent, report.table_text(out), "summary.txt")
     for name, fig in report.figures(out).items():
         path = run_dir / name
@@ -153,7 +158,7 @@ def _run_sequential(c: _Comparison, d: DatasetConfig) -> None:
     children: dict[str, str] = {}
     examples = None
     for m in spec.methods:
-        run, child, err = prepare_tracked(spec, d, m, examples, parent, run_dir, items_dir)
+        run, child, err = prepare_tracked(spec, d, m, examples, parent, run_dir, items_dir, limit)
         if err:
             out.errors[d.name][m.label] = err
         elif run is not None and child is not None:
@@ -181,15 +186,31 @@ def _run_sequential(c: _Comparison, d: DatasetConfig) -> None:
 
 
 def prepare_tracked(
-    spec: ExperimentSpec, d: DatasetConfig, m: MethodConfig, examples: Any, parent: str, run_dir: Path, items_dir: Path
+    spec: ExperimentSpec,
+    d: DatasetConfig,
+    m: MethodConfig,
+    examples: Any,
+    parent: str,
+    run_dir: Path,
+    items_dir: Path,
+    limit: SpendLimit | None = None,
 ) -> tuple[PreparedRun | None, str | None, str | None]:
     """One method's prepared run and its nested MLflow run (params, dataset, program logged); or the error that
-    kept it from running (its MLflow run then ended FAILED)."""
+    kept it from running (its MLflow run then ended FAILED). ``limit``: the run's ``max_cost``, which a new compile's
+    spend counts against; once it is reached no new compile starts and the method is left out (``(None, None,
+    None)``, its items counted as not started, its MLflow run ended KILLED)."""
     tags = {"dspy_for.method": m.name, "dspy_for.dataset": d.name}
     child = store.start_run(f"{m.label} / {d.name}", spec.experiment, parent_id=parent, tags=tags)
     try:
-        run = prepare_run(spec, d, m, examples=examples, compile_dir=items_dir / d.name / d.split)
+        run = prepare_run(spec, d, m, examples=examples, compile_dir=items_dir / d.name / d.split, limit=limit)
         _log_run(run, child, run_dir)
+    except CompileNotStarted as exc:  # max_cost was reached first: left out, as an item that did not start
+        if limit is not None:
+            limit.not_started += exc.items
+        store.set_tags(child, {"dspy_for.not_started": str(exc)})
+        store.end_run(child, "KILLED")
+        logger.warning("%s on %s: %s", m.label, d.name, exc)
+        return None, None, None
     except Exception as exc:  # the method could not run at all (a bad compile step, an LM that cannot be built)
         err = redact(f"{type(exc).__name__}: {exc}")
         store.set_tags(child, {"error": err})
@@ -210,7 +231,7 @@ def _run_together(c: _Comparison, methods: list[MethodConfig], examples: dict[st
         for m in methods:
             if spec.match_budget and get_method(m.name).sized is not None:
                 m = with_options(m, _matched_budget(spec, out.results[d.name], m))
-            run, child, err = prepare_tracked(spec, d, m, examples.get(d.name), parent, run_dir, items_dir)
+            run, child, err = prepare_tracked(spec, d, m, examples.get(d.name), parent, run_dir, items_dir, limit)
             if err:
                 out.errors[d.name][m.label] = err
             elif run is not None and child is not None:

@@ -133,7 +133,7 @@ def test_dollars_when_every_cost_is_priced_and_not_all_zero():
     (one,) = breakeven_rows(rows, [("gsm8k", "cot_bootstrap", "for_n1_host")])
     # K = 0.009·0.5 − 0.002·0.5 = 0.0035, D = 0.05·0.5 -> 7.14 items
     assert one["unit"] == "usd" and one["lm"] is None and one["volume"] == pytest.approx(0.025 / 0.0035)
-    assert breakeven_lines([one])[0].startswith("cot_bootstrap vs for_n1_host (USD; fixed cost $0.05): ")
+    assert breakeven_lines([one])[0].startswith("cot_bootstrap vs for_n1_host (USD; fixed cost $0.050): ")
     # local models priced at $0 say nothing in dollars: tokens then
     free = [
         {**r, "cost_per_item": 0.0, **({"compile": {**r["compile"], "usd": 0.0}} if "compile" in r else {})}

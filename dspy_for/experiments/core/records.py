@@ -30,7 +30,9 @@ from dspy_for.secrets import needs_redaction, redact, redact_obj
 from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epochs, spread
 
 if TYPE_CHECKING:
+    from dspy_for.experiments.core.compile_step import CompileCost
     from dspy_for.experiments.core.spend import SpendLimit
+    from dspy_for.lm.pricing import Price
 
 __all__ = ["ComparisonResult", "ItemResult", "MethodResult", "Outcome", "record_key"]
 
@@ -103,13 +105,18 @@ class MethodResult:
     """One method's records on one dataset, in the dataset's order (an item's epochs in order). ``n`` counts every
     record; accuracy and its CI are over the items with a scored record, each item's value reduced from its scored
     epochs by ``reducer`` (:func:`~dspy_for.stats.reduce_epochs`; one epoch: its score); tokens/item is per scored
-    record (one answer). Failed records are errors, left out of both."""
+    record (one answer). Failed records are errors, left out of both. ``compile``: what the method's compile step
+    cost (None: it has none); ``lms`` each role's LM (its model name) and ``prices`` each role's declared ``price``
+    where it has one (what prices stored records kept without a cost: :meth:`declared_cost_per_item`)."""
 
     label: str
     items: list[ItemResult]
     wall_time: float = 0.0
     reused_time: float = 0.0  # wall time of records reused from an earlier run
     reducer: str = "mean"
+    compile: CompileCost | None = None
+    lms: dict[str, str] = field(default_factory=dict)
+    prices: dict[str, Price] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -224,6 +231,23 @@ class MethodResult:
         served = self.usage.total.served_cost_usd
         return served / self.n_answers if self.scored and served is not None else math.nan
 
+    def declared_cost_per_item(self) -> float | None:
+        """USD per scored item from the tokens at each role's declared ``price`` (cache hits at their original
+        size), for records kept without a cost (stored before costs were recorded); None unless every role that
+        made a call has a declared price, or when nothing was scored."""
+        if not self.scored:
+            return None
+        roles = {name: r for name, r in self.usage.roles.items() if r.calls}
+        if not roles or any(name not in self.prices for name in roles):
+            return None
+        usd = sum(
+            self.prices[name].cost(
+                r.prompt_tokens + r.cached_prompt_tokens, r.completion_tokens + r.cached_completion_tokens
+            )
+            for name, r in roles.items()
+        )
+        return usd / self.n_answers
+
     @property
     def stats_mean(self) -> dict[str, float]:
         keys = sorted({k for i in self.scored for k in i.stats})
@@ -311,6 +335,9 @@ class ComparisonResult(Outcome):
     plots: list[Path] = field(default_factory=list)
     sequential: list[dict[str, Any]] = field(default_factory=list)  # a sequential comparison's pairs (their rows)
     spend: SpendLimit | None = None  # what the run spent, against its ``max_cost``
+    #: each compiled method's break-even volumes against its student and the most accurate uncompiled method
+    #: (:func:`~dspy_for.experiments.reports.breakeven.breakeven_rows`)
+    breakeven: list[dict[str, Any]] = field(default_factory=list)
 
     def method_results(self) -> list[MethodResult]:
         return [r for by_label in self.results.values() for r in by_label.values()]

@@ -41,6 +41,7 @@ from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink
 from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.core.store import ResultStore
 from dspy_for.lm.epochs import epoch
+from dspy_for.lm.pricing import PRICE_ATTR, Price
 from dspy_for.lm.usage import CallRecord, role, track_usage
 from dspy_for.secrets import redact
 
@@ -131,6 +132,11 @@ class Evaluation:
             wall_time=time.perf_counter() - self._start,
             reused_time=reused,
             reducer=self.run.spec.reducer,
+            compile=self.run.compile_cost,
+            lms={r: str(getattr(lm, "model", None) or type(lm).__name__) for r, lm in self.run.role_lms.items()},
+            prices={
+                r: p for r, lm in self.run.role_lms.items() if isinstance(p := getattr(lm, PRICE_ATTR, None), Price)
+            },
         )
 
     # ----------------------------------------------------------------------------------------- close

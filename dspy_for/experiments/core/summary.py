@@ -13,13 +13,14 @@ items paired by content for the tests); a :class:`Summary` is the numbers, named
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dspy_for.experiments.core.records import MethodResult
 from dspy_for.stats import bootstrap_interval, cohens_kappa, mean_with_ci, paired_comparison
 
-__all__ = ["JUDGE_SCORES", "Summary", "judge_summary", "summarize"]
+__all__ = ["JUDGE_SCORES", "Summary", "judge_summary", "summarize", "tokens_by_lm"]
 
 JUDGE_SCORES = ("judged_accuracy", "quality.reasoning", "quality.coherence", "quality.holistic")
 
@@ -67,6 +68,13 @@ class Summary:
     paired_test: str | None = None  # "mcnemar_exact" or "paired_bootstrap": which test gave p_value
     role_collapse_rate: float | None = None
     per_role: dict[str, dict[str, float]] = field(default_factory=dict)  # per scored item: served/spent/cached, calls
+    #: tokens per scored item of each LM (its model name): a token of one model is never added to another's
+    tokens_per_item_by_lm: dict[str, float] = field(default_factory=dict)
+    #: the method's compile step (:meth:`~dspy_for.experiments.core.compile_step.CompileCost.row`; None: none)
+    compile: dict[str, Any] | None = None
+    #: when ``cost_per_item`` was priced from the tokens at the LMs' declared ``price`` (records kept without a
+    #: cost): each LM's price, ``{model: {input, output}}`` in USD per million tokens; empty otherwise
+    priced_at: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -151,6 +159,11 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         collapse = sum(1 for i in result.scored if i.stats.get("role_collapse", 0) > 0) / n
     total = usage.total
     served_usd = total.served_cost_usd
+    cost_per_item = served_usd / n if measured and served_usd is not None else None
+    priced_at: dict[str, dict[str, float]] = {}
+    if measured and cost_per_item is None and (declared := result.declared_cost_per_item()) is not None:
+        cost_per_item = declared
+        priced_at = {result.lms.get(r, r): asdict(p) for r, p in result.prices.items() if usage[r].calls}
     return Summary(
         method=result.label,
         n=result.n_scored,
@@ -164,7 +177,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         tokens_per_item_by_role={name: r["served"] for name, r in per_role.items()} if measured else {},
         spent_tokens=total.tokens,
         cached_tokens=total.cached_tokens,
-        cost_per_item=served_usd / n if measured and served_usd is not None else None,
+        cost_per_item=cost_per_item,
         spent_usd=total.spent_usd if measured else None,
         reasoning_tokens_per_item=(
             (total.reasoning_tokens + total.cached_reasoning_tokens) / max(1, result.n_answers) if measured else None
@@ -183,7 +196,22 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         **(_paired(result, baseline) if measured else {}),
         role_collapse_rate=collapse,
         per_role=per_role if measured else {},
+        tokens_per_item_by_lm=tokens_by_lm({k: r["served"] for k, r in per_role.items()}, result.lms)
+        if measured
+        else {},
+        compile=result.compile.row() if result.compile is not None else None,
+        priced_at=priced_at,
     )
+
+
+def tokens_by_lm(by_role: Mapping[str, float], role_lms: Mapping[str, str]) -> dict[str, float]:
+    """Tokens per item per LM from tokens per item per role (``tokens_per_item_by_role``) and each role's LM name
+    (the LM's ``model``, as the compile records it); a role missing from ``role_lms`` counts under its own name."""
+    out: dict[str, float] = {}
+    for role_name, tokens in by_role.items():
+        lm = role_lms.get(role_name, role_name)
+        out[lm] = out.get(lm, 0.0) + tokens
+    return out
 
 
 def _paired(result: MethodResult, baseline: MethodResult | None) -> dict[str, Any]:

@@ -21,6 +21,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dspy_for.experiments.core.spend import money
+from dspy_for.experiments.core.summary import tokens_by_lm
 from dspy_for.experiments.methods import get_method
 from dspy_for.stats import CostModel, break_even
 
@@ -31,16 +33,6 @@ __all__ = ["breakeven_figures", "breakeven_lines", "breakeven_rows", "cost_unit"
 
 USD = "usd"
 TOKENS = "tokens"
-
-
-def tokens_by_lm(by_role: Mapping[str, float], role_lms: Mapping[str, str]) -> dict[str, float]:
-    """Tokens per item per LM from tokens per item per role (``tokens_per_item_by_role``) and each role's LM name
-    (the LM's ``model``, as the compile records it); a role missing from ``role_lms`` counts under its own name."""
-    out: dict[str, float] = {}
-    for role_name, tokens in by_role.items():
-        lm = role_lms.get(role_name, role_name)
-        out[lm] = out.get(lm, 0.0) + tokens
-    return out
 
 
 def cost_unit(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -227,4 +219,4 @@ def _items(value: float | None) -> str:
 
 
 def _amount(value: float, unit: str) -> str:
-    return f"${value:,.2f}" if unit == USD else f"{value:,.0f}"
+    return money(value) if unit == USD else f"{value:,.0f}"

@@ -14,6 +14,15 @@ from rich.text import Text
 
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.reports.breakeven import breakeven_figures
+from dspy_for.experiments.reports.compiled import (
+    breakeven_text,
+    compile_cell,
+    compile_legend,
+    compile_lines,
+    compiled,
+    price_note,
+)
 from dspy_for.experiments.reports.diagnostics import diagnostics_text, method_diagnostics, round_accuracy
 from dspy_for.experiments.reports.judge import (
     JUDGE_HEADER,
@@ -99,6 +108,7 @@ COLUMNS: list[Column] = [
     Column("tok/item", lambda row, _: f"{row['tokens_per_item']:,.0f}"),
     Column("$/item", lambda row, _: money(row.get("cost_per_item")), shown=_priced),
     Column("s/item", _seconds),
+    Column("compile", compile_cell, shown=compiled),
 ]
 _LEAD = ["method", "n", "acc % [95% CI]"]
 
@@ -145,6 +155,8 @@ def legend(result: ComparisonResult) -> str:
             "; $/item: USD per scored item at litellm's prices (or the LM's `price`), cache hits at their original "
             "cost; '-': an LM without a price"
         )
+        note = price_note(rows)
+        text += f"; {note}" if note else ""
     if any(r.get("reasoning_tokens_per_item") for r in rows):
         text += "; tok/item includes reasoning tokens (see reasoning/item below)"
     repeated = [r for r in rows if r.get("epochs", 1) > 1]
@@ -162,7 +174,7 @@ def legend(result: ComparisonResult) -> str:
     )
     if any(r.get("reused_time") for r in rows):
         text += "; s/item*: includes results reused from an earlier run, at the time they took then"
-    return text + "."
+    return text + compile_legend(rows) + "."
 
 
 _TEST_NAMES = {"mcnemar_exact": "exact McNemar p", "paired_bootstrap": "paired bootstrap p over per-item values"}
@@ -238,8 +250,7 @@ def table_text(result: ComparisonResult) -> str:
         out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
         out.append(legend(result))
-        out.extend(detail_lines(result, dataset))
-        out.extend(sequential_lines(result, dataset))
+        out.extend(_below(result, dataset))
         judged = [judge_table_row(r) for r in judged_rows(result, dataset)]
         if judged:
             widths = [max(len(h), *(len(r[i]) for r in judged)) for i, h in enumerate(JUDGE_HEADER)]
@@ -250,6 +261,17 @@ def table_text(result: ComparisonResult) -> str:
     out.extend(error_lines(result))
     out.extend(spend_lines(result))
     return "\n".join(out)
+
+
+def _below(result: ComparisonResult, dataset: str) -> list[str]:
+    """The lines under a dataset's table: each method's details, its compile's, the break-evens, the sequential
+    pairs."""
+    return [
+        *detail_lines(result, dataset),
+        *compile_lines(result, dataset),
+        *breakeven_text(result, dataset),
+        *sequential_lines(result, dataset),
+    ]
 
 
 def spend_lines(result: ComparisonResult) -> list[str]:
@@ -270,9 +292,7 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
         for r in mine:
             t.add_row(*_fmt_row(r, result.spec.baseline, _columns(mine)))
         # plain text, never rich markup: a diagnostics line's "[round 1, ...]" would read as a markup tag and vanish
-        t.caption = Text(
-            "\n".join([legend(result), *detail_lines(result, dataset), *sequential_lines(result, dataset)])
-        )
+        t.caption = Text("\n".join([legend(result), *_below(result, dataset)]))
         t.caption_justify = "left"
         tables.append(t)
         judged = judged_rows(result, dataset)
@@ -342,4 +362,5 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
             ax2.set_title(f"{label}: accuracy by round on {dataset}")
             ax2.legend(fontsize=8)
             figs[f"rounds_{label}_{dataset}.png"] = fig2
+    figs.update(breakeven_figures(result.rows, result.breakeven))
     return figs

@@ -3,7 +3,8 @@
 Opened on an existing MLflow run (its id): every record, as it lands, becomes a trace linked to the run (real
 per-call spans for items run now; a reused item says so and names the run that produced it). When the run
 core closes it — however the run ended — the run gets the summary's metrics (:func:`~dspy_for.experiments.core.
-summary.summarize`), ``items.jsonl`` and ``trajectories.jsonl``, and its end status: FINISHED, FAILED (every
+summary.summarize`), ``items.jsonl`` and ``trajectories.jsonl`` (with a compile step also its cost's metrics,
+``compile_usage.json`` and ``compile_cost.json``), and its end status: FINISHED, FAILED (every
 item failed, or the run raised) or KILLED (Ctrl-C, SIGTERM). Everything is written by run id through
 ``MlflowClient`` (safe from threads and worker processes). A tracing failure is a warning, never an error.
 
@@ -99,6 +100,9 @@ class MlflowSink:
             store.log_table(self.run_id, trajectories, "trajectories.jsonl")
             if self.run.compile_usage:
                 store.log_json(self.run_id, self.run.compile_usage, "compile_usage.json")
+            if self.run.compile_cost is not None:  # beside it: the compile's tokens, USD, seconds, reused
+                store.log_metrics(self.run_id, self.run.compile_cost.metrics())
+                store.log_json(self.run_id, self.run.compile_cost.row(), "compile_cost.json")
             if result.n_failed:
                 client.set_tag(self.run_id, "dspy_for.failed_items", str(result.n_failed))
         finally:

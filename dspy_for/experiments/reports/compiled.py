@@ -1,0 +1,111 @@
+"""What a comparison's compiled methods cost and when each pays for itself, as the table shows it: the ``compile``
+column (tokens, dollars where priced, wall seconds; ``reused`` when the compiled program came from the cache), a
+line per compiled method with its cost per role and per LM, the break-even lines under the table
+(:mod:`.breakeven`) and the note that says which declared price priced stored records kept without a cost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from dspy_for.experiments.core.spend import money
+from dspy_for.experiments.reports.breakeven import USD, breakeven_lines, breakeven_rows, cost_unit, grid_pairs
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.core.records import ComparisonResult
+
+__all__ = [
+    "breakeven_of",
+    "breakeven_text",
+    "compile_cell",
+    "compile_legend",
+    "compile_lines",
+    "compiled",
+    "price_note",
+]
+
+
+def compiled(rows: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether any method of ``rows`` has a compile step (the table then shows its ``compile`` column)."""
+    return any(r.get("compile") for r in rows)
+
+
+def compile_cell(row: Mapping[str, Any], baseline: str | None = None) -> str:
+    """``41,230 tok · $0.082 · 95s``, ``(reused)`` after it when the compiled program came from the cache; '-'
+    without a compile step."""
+    c = row.get("compile")
+    if not c:
+        return "-"
+    parts = [f"{c['tokens']:,} tok"]
+    if c.get("usd") is not None:
+        parts.append(money(c["usd"]))
+    if c.get("seconds") is not None:
+        parts.append(f"{c['seconds']:.1f}s" if c["seconds"] < 10 else f"{c['seconds']:,.0f}s")
+    return " · ".join(parts) + (" (reused)" if c.get("reused") else "")
+
+
+def compile_legend(rows: list[dict[str, Any]]) -> str:
+    """The ``compile`` column's part of the legend ('' when no method compiles)."""
+    if not compiled(rows):
+        return ""
+    return (
+        "; compile: what the method's compile step cost once (prompt+completion tokens of every LM it called, USD "
+        "where every call is priced, wall seconds), 'reused' when the compiled program came from the cache: its "
+        "first compile's cost, not spent by this run"
+    )
+
+
+def compile_lines(result: ComparisonResult, dataset: str) -> list[str]:
+    """One line per compiled method on ``dataset``: its compiler, tokens by role and by LM, the items it decided on."""
+    lines = []
+    for row in result.rows:
+        c = row.get("compile")
+        if row["dataset"] != dataset or "error" in row or not c:
+            continue
+        roles = " · ".join(f"{name} {tokens:,}" for name, tokens in c["tokens_by_role"].items())
+        lms = " · ".join(f"{lm} {tokens:,}" for lm, tokens in c["tokens_by_lm"].items()) or "not recorded"
+        how = "reused from the cache (not spent now)" if c["reused"] else "compiled by this run"
+        lines.append(
+            f"{row['method']} compile ({c['kind']}, {how}): tokens by role: {roles}; by LM: {lms}; trained on "
+            f"{c['train_items']} item(s), validated on {c['val_items']}, {c['left_out']} scored item(s) left out"
+        )
+    return lines
+
+
+def breakeven_of(result: ComparisonResult) -> list[dict[str, Any]]:
+    """The break-even rows of a comparison (:func:`~.breakeven.breakeven_rows`): each compiled method against its
+    uncompiled student and the most accurate method without a compile step, per dataset."""
+    return breakeven_rows(result.rows, grid_pairs(result.spec.methods, result.rows))
+
+
+def price_note(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Which declared prices priced records stored without a cost ('' when none was needed)."""
+    prices: dict[str, Mapping[str, float]] = {}
+    for r in rows:
+        prices.update(r.get("priced_at") or {})
+    if not prices:
+        return ""
+    each = ", ".join(f"{lm} {money(p['input'])} / {money(p['output'])}" for lm, p in sorted(prices.items()))
+    return (
+        f"records stored without a cost are priced from their tokens at the declared `price` (USD per million "
+        f"prompt / completion tokens): {each}"
+    )
+
+
+def breakeven_text(result: ComparisonResult, dataset: str) -> list[str]:
+    """The break-even lines under ``dataset``'s table, headed by what they say and in which unit."""
+    mine = [r for r in result.breakeven if r["dataset"] == dataset]
+    if not mine:
+        return []
+    rows = [r for r in result.rows if r["dataset"] == dataset]
+    unit = (
+        "USD (litellm's prices or each LM's `price`)"
+        if cost_unit(rows) == USD
+        else "tokens of each LM apart (not every LM has a price: give each a `price` for one figure in USD)"
+    )
+    head = (
+        f"break-even, in {unit}: the number of items after which the method with the larger fixed cost (its "
+        "compile) has the lower total cost per correct answer; the range is over the accuracy intervals"
+    )
+    note = price_note(rows)
+    return [head + (f"; {note}" if note else ""), *breakeven_lines(mine)]
