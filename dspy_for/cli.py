@@ -261,6 +261,17 @@ def advise(
     lm_option: LmOptionOpt = None,
     role_lm_option: RoleLmOptionOpt = None,
     data_dir: DataDirOpt = None,
+    volume: Annotated[
+        int | None,
+        typer.Option(help="Items you will run: among tied methods the lowest cost per correct answer over N wins."),
+    ] = None,
+    compile: Annotated[
+        str | None,
+        typer.Option(help="Also try each method compiled by these compilers (e.g. bootstrap,gepa); needs --train."),
+    ] = None,
+    train: Annotated[
+        Path | None, typer.Option(help="JSONL the --compile compilers train and validate on (never --data's items).")
+    ] = None,
     *,
     settings: dict[str, Any],
 ) -> None:
@@ -284,6 +295,9 @@ def advise(
                 margin=margin,
                 data_dir=data_dir,
                 budget_usd=budget_usd,
+                volume=volume,
+                compile=compile,
+                train=train,
                 **settings,
             )
     except DspyForError as exc:

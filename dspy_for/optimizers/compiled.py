@@ -100,7 +100,7 @@ def load_compiled(program: dspy.Module, path: str | Path) -> dspy.Module:
     """Load the instructions and demos a compiled program saved (``program.save(path)``, JSON) into ``program``, which
     keeps its own LM in every predictor: the LMs stored in the file are not loaded."""
     state = json.loads(Path(path).read_text(encoding="utf-8"))
-    for value in state.values():
+    for value in [state, *state.values()]:  # a program that is one predictor keeps its state at the top
         if isinstance(value, dict) and "lm" in value:
             value["lm"] = None
     routes = {name: predictor.lm for name, predictor in program.named_predictors()}

@@ -21,10 +21,10 @@ from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.spec import RunSpec
 from dspy_for.lm.pricing import PRICE_ATTR, Price, is_priced
 
-__all__ = ["check_priced_for_budget", "no_fit_error", "over_budget"]
+__all__ = ["check_numbers", "check_priced_for_budget", "lm_priced", "no_fit_error", "over_budget"]
 
 
-def _priced(lm: Any, options: dict[str, Any]) -> bool:
+def lm_priced(lm: Any, options: dict[str, Any]) -> bool:
     """Whether ``lm`` (a spec string or an LM object) has a price: its spec with ``options``, or an object's given
     ``price`` or the model name litellm's cost map prices."""
     if isinstance(lm, str):
@@ -35,11 +35,37 @@ def _priced(lm: Any, options: dict[str, Any]) -> bool:
     return isinstance(model, str) and is_priced(model, {})
 
 
+def check_numbers(
+    *, budget: float | None, margin: float, timeout: float | None, pilot: int, budget_usd: float | None = None
+) -> None:
+    """advise's own numbers (the budgets, the margin, the timeout, the pilot's items), before any LM call."""
+
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+    if budget is not None and not (number(budget) and budget > 0):
+        raise ConfigError(
+            f"`--budget` is tokens per item (prompt + completion): give a positive number, got {budget!r}."
+        )
+    if budget_usd is not None and not (number(budget_usd) and budget_usd > 0):
+        raise ConfigError(
+            f"`--budget-usd` is USD per item: give a positive number (e.g. --budget-usd 0.002), got {budget_usd!r}."
+        )
+    if not (number(margin) and 0 < margin < 1):
+        raise ConfigError(
+            f"`--margin` is an accuracy difference as a fraction in (0, 1) (0.05 = 5 points), got {margin!r}."
+        )
+    if timeout is not None and not (number(timeout) and timeout > 0):
+        raise ConfigError(f"`--timeout` is in seconds: give a positive number, got {timeout!r}.")
+    if isinstance(pilot, bool) or not isinstance(pilot, int) or pilot < 1:
+        raise ConfigError(f"`pilot` is the number of items that measure each method's cost: give >= 1, got {pilot!r}.")
+
+
 def check_priced_for_budget(spec: RunSpec) -> None:
     """``--budget-usd`` compares dollars: every LM of the run must have a price (before any LM call)."""
     for r in sorted(spec.method_roles()):
         lm = spec.lm_for(r)
-        if not _priced(lm, spec.lm_options_for(r)):
+        if not lm_priced(lm, spec.lm_options_for(r)):
             name = lm if isinstance(lm, str) else getattr(lm, "model", type(lm).__name__)
             raise ConfigError(
                 f"`--budget-usd` compares USD per item, and the LM `{name}` (role `{r}`) has no price in litellm's "

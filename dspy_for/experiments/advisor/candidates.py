@@ -35,6 +35,7 @@ class Candidate:
     options: Mapping[str, Any] = field(default_factory=dict)
     sized: str | None = None  # the option sized to the budget from CoT's tokens per item ("k" or "N")
     note: str = ""
+    compile: dict[str, Any] | None = None  # its compile table (``--compile``: see :mod:`.volume`); None: not compiled
 
 
 def _all_candidates() -> list[Candidate]:

@@ -23,8 +23,7 @@ from typing import Any
 import dspy
 
 from dspy_for.datasets import signature_for
-from dspy_for.errors import ConfigError
-from dspy_for.experiments.advisor.budget import check_priced_for_budget, no_fit_error, over_budget
+from dspy_for.experiments.advisor.budget import check_numbers, check_priced_for_budget, no_fit_error, over_budget
 from dspy_for.experiments.advisor.candidates import (
     Candidate,
     select_candidates,
@@ -44,6 +43,13 @@ from dspy_for.experiments.advisor.result import (
     dollars_per_item,
 )
 from dspy_for.experiments.advisor.rounds import Rounds
+from dspy_for.experiments.advisor.volume import (
+    check_volume,
+    check_volume_lms,
+    compiled_candidates,
+    volume_breakeven,
+    volume_rows,
+)
 from dspy_for.experiments.comparison import prepare_tracked
 from dspy_for.experiments.core import Evaluation, MethodResult, ResultStore, SpendLimit, load_examples
 from dspy_for.experiments.core.prepare import PreparedRun
@@ -88,6 +94,9 @@ def advise(
     budget_usd: float | None = None,
     experiment: str = "advise",
     progress: bool = True,
+    volume: int | None = None,
+    compile: str | Sequence[str] | None = None,
+    train: str | Path | None = None,
     **settings: Any,
 ) -> Advice:
     """Which method to run with ``lm`` on a task at ``budget`` tokens (and/or ``budget_usd`` USD) per item (package
@@ -103,17 +112,23 @@ def advise(
     (:mod:`~dspy_for.experiments.spec.settings`): ``num_threads``, ``max_cost`` (USD: once the session has spent it
     no item starts and the leader so far is recommended, unresolved: ``stopped_by_cost``; a re-run resumes),
     ``epochs`` (runs per item, each its own sample) made one value by ``reducer`` (mean, majority, pass_at_k),
-    ``tracking_uri``, ``results_dir``. Bad input fails with :class:`~dspy_for.errors.ConfigError` before any LM
-    call (``budget_usd`` with an LM that has no price too).
+    ``tracking_uri``, ``results_dir``. ``volume``: the items you will run; the pick among candidates within the
+    margin is then the one with the lowest cost per correct answer over them, compile included; ``compile``
+    (compiler kinds, e.g. ``"bootstrap,gepa"``, with ``volume``) also tries each candidate with predictors compiled
+    on ``train``, a JSONL file (:mod:`.volume`). Bad input fails with :class:`~dspy_for.errors.ConfigError` before
+    any LM call (``budget_usd`` with an LM that has no price too).
     """
     started = time.monotonic()
     settings = check_settings(settings, "advise", " from this advise() call")
-    _check_numbers(budget=budget, margin=margin, timeout=timeout, pilot=pilot, budget_usd=budget_usd)
+    check_numbers(budget=budget, margin=margin, timeout=timeout, pilot=pilot, budget_usd=budget_usd)
+    kinds, n_train = check_volume(volume, compile, train)
     d = replace(task_dataset(dataset, split, data, data_dir), first=first)
     chosen = select_candidates(methods)
+    if train is not None and n_train is not None:
+        chosen += compiled_candidates(chosen, kinds, train, n_train)
     base = ExperimentSpec(
         datasets=[d],
-        methods=[MethodConfig(name=c.method, label=c.label, options=dict(c.options)) for c in chosen],
+        methods=[MethodConfig(c.method, c.label, dict(c.options), compile=c.compile) for c in chosen],
         alpha=alpha,
         batch_size=batch_size,
         max_items=max_items,
@@ -131,6 +146,8 @@ def advise(
     spec = load_spec(base, overrides)
     if budget_usd is not None:
         check_priced_for_budget(spec)
+    if volume is not None:
+        check_volume_lms(spec)
     order = seeded_order(load_examples(d), spec.seed)[: spec.max_items or None]
     deadline = started + timeout if timeout is not None else math.inf
 
@@ -139,8 +156,10 @@ def advise(
 
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
     asked = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
-    if budget_usd is not None:  # (only when given: the directory of an answer without it keeps its name)
+    if budget_usd is not None:  # (only when given: the directory of an answer without them keeps its name)
         asked["budget_usd"] = budget_usd
+    if volume is not None:
+        asked.update(volume=volume, compile=kinds, train=str(train) if train is not None else None)
     advice = _new_advice(spec, d, asked, root / "advise", pilot_items=min(pilot, len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
     parent = advice.run_id = store.start_run(f"advise-{d.name}", spec.experiment, tags=tags)
@@ -176,36 +195,15 @@ def _new_advice(
         signature=signature_for(d.name),
         budget=asked["budget"],
         budget_usd=asked.get("budget_usd"),
+        volume=asked.get("volume"),
+        compilers=asked.get("compile") or [],
+        train=asked.get("train"),
         margin=asked["margin"],
         alpha=spec.alpha,
         pilot_items=pilot_items,
         run_dir=run_dir,
         spend=SpendLimit(spec.max_cost),
     )
-
-
-def _check_numbers(
-    *, budget: float | None, margin: float, timeout: float | None, pilot: int, budget_usd: float | None = None
-) -> None:
-    def number(value: Any) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-    if budget is not None and not (number(budget) and budget > 0):
-        raise ConfigError(
-            f"`--budget` is tokens per item (prompt + completion): give a positive number, got {budget!r}."
-        )
-    if budget_usd is not None and not (number(budget_usd) and budget_usd > 0):
-        raise ConfigError(
-            f"`--budget-usd` is USD per item: give a positive number (e.g. --budget-usd 0.002), got {budget_usd!r}."
-        )
-    if not (number(margin) and 0 < margin < 1):
-        raise ConfigError(
-            f"`--margin` is an accuracy difference as a fraction in (0, 1) (0.05 = 5 points), got {margin!r}."
-        )
-    if timeout is not None and not (number(timeout) and timeout > 0):
-        raise ConfigError(f"`--timeout` is in seconds: give a positive number, got {timeout!r}.")
-    if isinstance(pilot, bool) or not isinstance(pilot, int) or pilot < 1:
-        raise ConfigError(f"`pilot` is the number of items that measure each method's cost: give >= 1, got {pilot!r}.")
 
 
 class _Session:
@@ -249,6 +247,8 @@ class _Session:
                 expired=self.expired,
                 limit=self.limit,
                 kind=value_kind(self.spec.epochs, self.spec.reducer),
+                volume=a.volume,
+                dataset=a.dataset,
             )
             ending = rounds.run()
             a.pairs, a.pair_alpha = rounds.pair_outcomes(), rounds.pair_alpha
@@ -268,7 +268,7 @@ class _Session:
                 self._sized_by(ev.result)
                 self.close("cot")
         for c in sorted(chosen, key=lambda c: c.label != "cot"):
-            out = CandidateOutcome(c.label, c.method, dict(c.options))
+            out = CandidateOutcome(c.label, c.method, dict(c.options), compile=c.compile)
             a.candidates.append(out)
             if self.expired():
                 out.status, out.reason = NOT_RUN, "not measured: the timeout came first"
@@ -280,7 +280,7 @@ class _Session:
                     out.over = [sizing_budget(a.budget, a.budget_usd, a.cot_tokens, a.cot_cost)[1]]
                 continue
             out.options = options
-            ev = self.open(MethodConfig(name=c.method, label=c.label, options=options), out)
+            ev = self.open(MethodConfig(c.method, c.label, options, compile=c.compile), out)
             if ev is None:
                 continue
             ev.feed(items, stop=lambda _r: self.expired(), limit=self.limit)
@@ -317,12 +317,17 @@ class _Session:
         """Prepare ``m`` through the run path with its MLflow child run, and open its stored records and
         :class:`Evaluation` (closed with the session); None (and ``out`` marked failed) if it cannot run."""
         assert self.stack is not None
-        examples = [*self.order]
-        run, child, err = prepare_tracked(self.spec, self.d, m, examples, self.parent, self.run_dir, self.items_dir)
+        examples = [*self.order]  # everything it may score: a compile leaves them out
+        args = (self.parent, self.run_dir, self.items_dir, self.limit)
+        run, child, err = prepare_tracked(self.spec, self.d, m, examples, *args)
         if run is None or child is None:
-            if out is not None:
+            if out is not None and err is None:  # max_cost was reached before its compile started
+                out.status, out.reason = NOT_RUN, self._not_measured().replace("not measured", "not compiled")
+            elif out is not None:
                 out.status, out.reason = FAILED, f"could not run: {err}"
             return None
+        if out is not None:
+            out.compiled = run.compiled_path
         self.runs[m.label], self.children[m.label] = run, child
         results = self.stack.enter_context(_store(self.items_dir, run).exclusive())
         sink = MlflowSink(run, child, end_run=False)
@@ -366,6 +371,9 @@ def _finish(advice: Advice, started: float, parent: str) -> None:
         advice.python_line = spec_line(advice.spec, rec.method, advice.signature, rec.options)
     keys = {i.item_key for c in advice.candidates if c.result is not None for i in c.result.items}  # epochs: once
     advice.items_used = len(keys)
+    if advice.volume is not None:
+        advice.at_volume = volume_rows(advice)
+        advice.breakeven = volume_breakeven(advice, advice.at_volume)
     advice.elapsed = time.monotonic() - started
     fig = frontier_figure(advice)
     if fig is not None and advice.run_dir is not None:

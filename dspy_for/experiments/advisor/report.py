@@ -11,6 +11,8 @@ from dspy_for.experiments.comparison import ComparisonResult
 from dspy_for.experiments.core import MethodResult
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.reports import table as report
+from dspy_for.experiments.reports.breakeven import breakeven_lines
+from dspy_for.experiments.reports.compiled import compile_cell
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.tracking import store
 
@@ -27,7 +29,8 @@ def _priced(advice: Advice) -> bool:
 
 
 def header(advice: Advice) -> list[str]:
-    return [*HEADER[:5], COST, HEADER[5]] if _priced(advice) else HEADER
+    at = [f"/correct @{advice.volume:,}"] if advice.volume is not None else []
+    return [*HEADER[:5], *([COST] if _priced(advice) else []), *at, HEADER[5]]
 
 
 def _acc(c: CandidateOutcome) -> str:
@@ -48,14 +51,47 @@ def advice_table(advice: Advice) -> list[list[str]]:
     left (or how its budgeted option was sized)."""
     rows = []
     priced = _priced(advice)
+    at = {r["method"]: _per_correct(r) for r in advice.at_volume}
     for c in advice.candidates:
         r = c.result
         n = "-" if r is None else str(r.n_scored) + (f" +{r.n_failed}✗" if r.n_failed else "")
         tokens = f"{r.tokens_per_item:,.0f}" if r is not None and r.n_scored else "-"
         label = c.label + (f" ({_options(c.options)})" if c.options else "")
         cost = [money(dollars_per_item(r))] if priced else []
-        rows.append([label, c.status, n, _acc(c), tokens, *cost, c.reason or c.sized])
+        volume = [at.get(c.label, "-")] if advice.volume is not None else []
+        rows.append([label, c.status, n, _acc(c), tokens, *cost, *volume, c.reason or c.sized])
     return rows
+
+
+def _per_correct(row: dict[str, Any]) -> str:
+    """A cost per correct answer at the volume: dollars, or tokens ('-': unknown)."""
+    value = row["cost_per_correct"]
+    if value is None:
+        return "-"
+    return money(value) if row["unit"] == "usd" else f"{value:,.0f} tok"
+
+
+def volume_lines(advice: Advice) -> list[str]:
+    """With ``--volume``: what the column means, each compiled candidate's compile and the break-even volumes."""
+    if advice.volume is None:
+        return []
+    unit = next((r["unit"] for r in advice.at_volume), "usd")
+    lines = [
+        f"/correct @{advice.volume:,}: total cost per correct answer over {advice.volume:,} items, compile included "
+        f"(its first compile's cost, also when reused), in {'USD' if unit == 'usd' else 'tokens'}"
+    ]
+    if advice.compilers:
+        lines.append(f"compiled on {advice.train} ({', '.join(advice.compilers)}): each compile once, cached")
+    for c in advice.candidates:
+        if c.compile and c.result is not None and c.result.compile is not None:
+            lines.append(f"  {c.label} compile: {compile_cell({'compile': c.result.compile.row()})}")
+    if advice.breakeven:
+        lines.append(
+            "break-even: the items after which the compiled candidate has the lower total cost per correct answer "
+            "(the range: over the accuracy intervals)"
+        )
+    lines += [f"  {line}" for line in breakeven_lines(advice.breakeven)]
+    return lines
 
 
 def _table_text(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -71,6 +107,7 @@ def advice_lines(advice: Advice, *, spend: bool = True) -> list[str]:
     budgets = [f"budget {advice.budget:,.0f} tokens/item"] if advice.budget is not None else []
     budgets += [f"budget {money(advice.budget_usd, as_given=True)}/item"] if advice.budget_usd is not None else []
     budget = " · ".join(budgets) or "no budget"
+    budget += f" · volume {advice.volume:,} items" if advice.volume is not None else ""
     pairs = len(advice.pairs)
     level = f"α = {advice.alpha:g}" + (f" over {pairs} pair(s) ({advice.pair_alpha:.3g} each)" if pairs else "")
     lines = [
@@ -78,6 +115,7 @@ def advice_lines(advice: Advice, *, spend: bool = True) -> list[str]:
         _pilot_line(advice),
         *_table_text(header(advice), advice_table(advice)),
     ]
+    lines += volume_lines(advice)
     rec = advice.recommendation
     if rec is None or rec.result is None:
         lines.append(f"no recommendation: {advice.how}")
@@ -115,8 +153,15 @@ def advice_lines(advice: Advice, *, spend: bool = True) -> list[str]:
                 f"[{100 * s.low:+.1f}, {100 * s.high:+.1f}] at α {s.alpha:.3g}, {state}"
             )
         lines.append(f"  items used: {advice.items_used} (pilot {advice.pilot_items}), {advice.elapsed:.0f}s")
+        at = next((r for r in advice.at_volume if r["method"] == rec.label), None)
+        if at is not None and advice.volume is not None:
+            lines.append(f"  over {advice.volume:,} items: {_per_correct(at)} per correct answer, compile included")
         if advice.python_line:
             lines += ["build it:", f"  {advice.python_line}"]
+        if rec.compiled is not None:
+            lines.append(
+                f'  then load its compiled program: dspy_for.optimizers.load_compiled(program, "{rec.compiled}")'
+            )
     for error, count in advice.item_errors().most_common():
         lines.append(f"{count} item(s) failed: {error}")
     lines += [f"{label} could not run: {err}" for label, err in advice.could_not_run.items()]
@@ -189,6 +234,9 @@ def _cost_metrics(advice: Advice) -> dict[str, float]:
     for c in advice.candidates:
         if (cost := dollars_per_item(c.result)) is not None:
             out[f"advise.{c.label}.cost_per_item_usd"] = cost
+    for r in advice.at_volume:
+        if r["cost_per_correct"] is not None:
+            out[f"advise.{r['method']}.cost_per_correct_at_volume"] = r["cost_per_correct"]
     rec = advice.recommendation
     if rec is not None and (cost := dollars_per_item(rec.result)) is not None:
         out["advise.cost_per_item_usd"] = cost

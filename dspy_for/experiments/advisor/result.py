@@ -51,6 +51,8 @@ class CandidateOutcome:
     result: MethodResult | None = None
     sized: str = ""  # how its sized option was set from the budget (empty: not sized)
     over: list[str] = field(default_factory=list)  # the budget flags it was dropped by (`--budget`, `--budget-usd`)
+    compile: dict[str, Any] | None = None  # its compile table (``--compile``); None: not compiled
+    compiled: Path | None = None  # where its compiled program is kept (``load_compiled`` reads it back)
 
     @property
     def measured(self) -> bool:
@@ -73,6 +75,7 @@ class CandidateOutcome:
             "ci_high": hi if self.measured else None,
             "tokens_per_item": r.tokens_per_item if self.measured and r is not None else None,
             **({"cost_per_item": cost} if (cost := dollars_per_item(r)) is not None else {}),
+            **({"compile": r.compile.row() if r is not None and r.compile else None} if self.compile else {}),
         }
 
 
@@ -104,6 +107,12 @@ class Advice(Outcome):
     margin: float
     alpha: float
     budget_usd: float | None = None  # USD per item (`--budget-usd`)
+    volume: int | None = None  # items the user will run (`--volume`): the recommendation's cost counts its compile
+    compilers: list[str] = field(default_factory=list)  # `--compile`: each candidate with predictors tried compiled
+    train: str | None = None  # `--train`: the file the compiled candidates were compiled on
+    #: with a volume: each measured candidate's summary row with its cost per correct answer at the volume
+    at_volume: list[dict[str, Any]] = field(default_factory=list)
+    breakeven: list[dict[str, Any]] = field(default_factory=list)  # each compiled candidate's break-even volumes
     candidates: list[CandidateOutcome] = field(default_factory=list)
     pairs: list[CandidatePair] = field(default_factory=list)
     pair_alpha: float | None = None  # each pair's level: alpha / pairs (Bonferroni)
@@ -190,6 +199,21 @@ class Advice(Outcome):
             "failed_items": self.n_failed,
             "candidates": [c.row() for c in self.candidates],
             "pairs": [p.row() for p in self.pairs],
+            **self._volume_dict(),
+        }
+
+    def _volume_dict(self) -> dict[str, Any]:
+        """With ``--volume``: it, the compilers and training file, each candidate's cost per correct answer at it
+        (compile included) and the break-even volumes."""
+        if self.volume is None:
+            return {}
+        costs = {r["method"]: {"cost_per_correct": r["cost_per_correct"], "unit": r["unit"]} for r in self.at_volume}
+        return {
+            "volume": self.volume,
+            "compile": self.compilers,
+            "train": self.train,
+            "at_volume": costs,
+            "breakeven": self.breakeven,
         }
 
     def _spend_dict(self) -> dict[str, Any]:

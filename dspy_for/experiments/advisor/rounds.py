@@ -8,7 +8,8 @@ After each batch (all candidates still in the running fed the same items, in the
 2. a candidate resolved worse than another is dropped (the budget is checked once, on the pilot: a cost that drifts
    a little over it later is reported with the answer, never a reason to throw away what was measured);
 3. the rounds stop when one candidate is left (*resolved best*), or when every other one's difference from the
-   leader has an anytime-valid interval inside ±``margin`` (*indistinguishable*: then the cheapest wins), or at
+   leader has an anytime-valid interval inside ±``margin`` (*indistinguishable*: then the cheapest wins — with a
+   ``volume``, the lowest cost per correct answer over it, compile included: :mod:`.volume`), or at
    the end of the items / ``max_items`` / the timeout / ``max_cost`` (*unresolved*: the leader, said so).
 
 With epochs (several answers per item) each item's value is reduced over its epochs first; under the ``mean``
@@ -37,6 +38,7 @@ from dspy_for.experiments.advisor.result import (
     CandidatePair,
     flipped,
 )
+from dspy_for.experiments.advisor.volume import cheapest_at
 from dspy_for.experiments.core import Evaluation, MethodResult, SpendLimit
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import paired_sequence
@@ -87,8 +89,11 @@ class Rounds:
         expired: Callable[[], bool],
         limit: SpendLimit | None = None,
         kind: Literal["binary", "bounded"] = "binary",
+        volume: int | None = None,
+        dataset: str = "",
     ) -> None:
         self.outcomes = {c.label: c for c in outcomes}
+        self.volume, self.dataset = volume, dataset
         self.evaluations, self.order = evaluations, list(order)
         self.margin, self.batch_size, self.expired, self.limit = margin, batch_size, expired, limit
         labels = [c.label for c in outcomes if c.status == RUNNING]
@@ -195,11 +200,13 @@ class Rounds:
         top = leader(active)
         others = [c for c in active if c is not top]
         if all(self._within_margin(c.label, top.label) for c in others):
-            pick = cheapest(active)
+            pick = cheapest(active) if self.volume is None else cheapest_at(self.dataset, active, self.volume)
             how = (
                 f"indistinguishable: every other candidate's difference from {top.label} has its anytime-valid CI "
                 f"inside ±{100 * self.margin:g} points, so the cheapest wins"
             )
+            if self.volume is not None:
+                how += f" (the lowest cost per correct answer over {self.volume:,} items, compile included)"
             return Ending(pick.label, True, how)
         return None
 

@@ -29,7 +29,15 @@ from dspy_for.stats import CostModel, break_even
 if TYPE_CHECKING:
     from dspy_for.experiments.spec.model import MethodConfig
 
-__all__ = ["breakeven_figures", "breakeven_lines", "breakeven_rows", "cost_unit", "grid_pairs", "tokens_by_lm"]
+__all__ = [
+    "breakeven_figures",
+    "breakeven_lines",
+    "breakeven_rows",
+    "cost_unit",
+    "grid_pairs",
+    "method_costs",
+    "tokens_by_lm",
+]
 
 USD = "usd"
 TOKENS = "tokens"
@@ -81,7 +89,7 @@ def breakeven_rows(rows: Iterable[Mapping[str, Any]], pairs: Iterable[tuple[str,
         if first not in here or second not in here:
             continue
         unit = cost_unit(here.values())
-        x, y = _costs(here[first], unit), _costs(here[second], unit)
+        x, y = method_costs(here[first], unit), method_costs(here[second], unit)
         if x is None or y is None:
             continue
         for lm in sorted(set(x) | set(y), key=str):
@@ -151,7 +159,7 @@ def breakeven_figures(rows: Iterable[Mapping[str, Any]], brows: Iterable[Mapping
         named = {name for r in marks for name in (r["method"], r["against"])}
         models = {}
         for r in rows:
-            costs = _costs(r, unit) if r["dataset"] == dataset and r["method"] in named else None
+            costs = method_costs(r, unit) if r["dataset"] == dataset and r["method"] in named else None
             if costs is not None:
                 models[r["method"]] = _model(r, *costs.get(lm, (0.0, 0.0)))
         ends = [v for r in marks for v in (r["volume"], r["high"]) if v]
@@ -195,7 +203,7 @@ def _measured(rows: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
     return (r for r in rows if "error" not in r and r.get("accuracy") is not None)
 
 
-def _costs(row: Mapping[str, Any], unit: str) -> dict[str | None, tuple[float, float]] | None:
+def method_costs(row: Mapping[str, Any], unit: str) -> dict[str | None, tuple[float, float]] | None:
     """{LM (None for USD): (fixed cost, cost per item)} of one method in ``unit``; None when unknown."""
     compiled = row.get("compile") or {}
     if unit == USD:
