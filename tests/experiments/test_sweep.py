@@ -312,7 +312,10 @@ def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tm
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda t: t.replace('compile = { kind = "textgrad"', 'compile = { kind = "adam"'), "`compile` of method `cot` needs `kind`"),
+        (
+            lambda t: t.replace('compile = { kind = "textgrad"', 'compile = { kind = "adam"'),
+            "`compile` of method `cot` needs `kind`",
+        ),
         (lambda t: t.replace("[search.compile.batch_size]", "[search.compile.lr]"), "Unknown compile option `lr`"),
         (
             lambda t: "\n".join(line for line in t.splitlines() if not line.startswith("compile =")),

@@ -60,7 +60,7 @@ def check_compile(
             f"{where}: method `{name}` has no predictors, so a compiler has nothing to tune. Drop its `compile` "
             f"table, or compile a method that has predictors: {', '.join(compilable_methods())}."
         )
-    defaults = {"trainset": "train", "valset": "val"}
+    defaults = {"trainset": "train", "valset": "val"} if COMPILERS[kind].uses_valset else {"trainset": "train"}
     if table.get("data") is not None:
         splits, defaults = _train_file(table["data"], where), dict.fromkeys(defaults, USER_SPLIT)
     for key, default in defaults.items():

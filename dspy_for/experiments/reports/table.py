@@ -127,8 +127,8 @@ def _fmt_row(row: dict[str, Any], baseline: str | None, columns: list[Column]) -
         return [row["method"], "-", "FAILED (could not run)", *blank]
     n = str(row["n"]) + (f"×{row['epochs']}" if row.get("epochs", 1) > 1 else "")
     n += f" +{row['failed']}✗" if row["failed"] else ""
-    if row["accuracy"] is None:
-        return [row["method"], n, "FAILED (every item)", *blank]
+    if row["accuracy"] is None:  # nothing scored: every item failed, or none started (max_cost)
+        return [row["method"], n, "FAILED (every item)" if row["failed"] else "not run", *blank]
     acc = f"{100 * row['accuracy']:.1f} [{100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f}]"
     return [row["method"], n, acc, *(c.cell(row, baseline) for c in columns)]
 

@@ -1,0 +1,241 @@
+"""Compile cost and break-even against the local OpenAI-compatible test server, with a plain ``dspy.LM`` (a model
+litellm's cost map prices, so every cost is in dollars) and with ``make_lm`` from the command line:
+
+* ``compare`` with a ``compile`` table prints the compile's cost and the break-even volumes, and logs them;
+* a re-run reuses the compiled program: no request reaches the server, the cost is marked reused and not spent;
+* ``max_cost`` counts a new compile's dollars: a compile that spent past it leaves every item unstarted (exit 1), and
+  a re-run with a higher ``max_cost`` reuses the compile (no compile request) and counts only the items;
+* ``advise --volume --compile bootstrap --train`` end to end; its bad combinations exit 2 with no request made.
+
+The task is a user's file of sums; the server answers a third of them wrong unless the prompt shows demos (a program
+BootstrapFewShot compiled), so the compiled CoT is the more accurate and costs more per item."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from conftest import CANARY_KEY
+from typer.testing import CliRunner
+
+from dspy_for.cli import app
+from dspy_for.experiments import compare
+from dspy_for.experiments.methods import MethodEntry, register_method
+from dspy_for.experiments.methods.entry import _REGISTRY
+from dspy_for.experiments.reports.table import table_text
+from dspy_for.testing import user_text
+
+MODEL = "gpt-4o-mini"  # priced by the cost map litellm bundles
+CONFIG = """
+experiment = "compile_costs"
+cache = false
+[[methods]]
+name = "cot"
+[[methods]]
+name = "cot"
+label = "cot_bootstrap"
+compile = { kind = "bootstrap", trainset = "all", max_bootstrapped_demos = 2 }
+"""
+
+
+def sums(messages: list[dict[str, Any]], max_tokens: int | None) -> dict[str, Any]:
+    """Right on "What is 3 + i?" when i is not a multiple of 3, or when the prompt shows demos (several user turns)."""
+    i = int(user_text(messages).split("What is 3 + ")[-1].split("?")[0])
+    demos = sum(1 for m in messages if m.get("role") == "user") > 1
+    return {"reasoning": "added", "answer": str(3 + i if demos or i % 3 else 0)}
+
+
+def _jsonl(path: Path, numbers: range) -> Path:
+    path.write_text("".join(json.dumps({"question": f"What is 3 + {i}?", "answer": 3 + i}) + "\n" for i in numbers))
+    return path
+
+
+@pytest.fixture
+def task(fault_server, tmp_path, monkeypatch) -> Any:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    fault_server.responder = sums
+    (tmp_path / "c.toml").write_text(CONFIG)
+    return fault_server
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _compare_args(server: Any, tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        "compare",
+        str(tmp_path / "c.toml"),
+        "--data",
+        str(_jsonl(tmp_path / "sums.jsonl", range(18))),
+        "--first",
+        "6",
+        "--lm",
+        f"openai/{MODEL}",
+        "--lm-option",
+        f"api_base={server.base_url}",
+        "--lm-option",
+        "num_retries=0",
+        "--no-traces",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+        "--results-dir",
+        str(tmp_path / "results"),
+        *extra,
+    ]
+
+
+def test_compare_prints_the_compile_cost_and_break_even_and_a_rerun_reuses_the_compile(task, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    lm = dspy.LM(f"openai/{MODEL}", api_base=task.base_url, api_key=CANARY_KEY, cache=False, num_retries=0)
+    kw: dict[str, Any] = {"data": _jsonl(tmp_path / "sums.jsonl", range(18)), "first": 6, "lm": lm}
+    kw.update(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", results_dir=str(tmp_path / "results"))
+    result = compare(tmp_path / "c.toml", max_cost=1.0, **kw)
+    compile_requests = len(task.requests) - 12  # 6 items of each method, one call each
+    assert result.ok and compile_requests > 0
+    rows = {r["method"]: r for r in result.rows}
+    cost = rows["cot_bootstrap"]["compile"]
+    assert rows["cot"]["compile"] is None and not cost["reused"] and cost["left_out"] == 6  # the scored items
+    assert cost["train_items"] == 12 and cost["tokens_by_lm"] == {f"openai/{MODEL}": cost["tokens"]} and cost["tokens"]
+    assert cost["usd"] > 0 and cost["seconds"] > 0  # priced by the cost map, timed
+    assert rows["cot_bootstrap"]["accuracy"] == 1.0 > rows["cot"]["accuracy"]
+    assert {r["model"] for r in task.requests} == {MODEL}  # the compile's calls and the items' on the one LM
+    # the compile's dollars count against max_cost beside the items'
+    items_usd = sum(r["spent_usd"] for r in result.rows)
+    assert result.spend is not None and result.spend.total == pytest.approx(items_usd + cost["usd"])
+    text = _flat(table_text(result))
+    assert re.search(r"cot_bootstrap .*\d[\d,]* tok · \$[\d.]+ · [\d.]+s", text), text
+    assert "break-even, in USD" in text and "cot_bootstrap vs cot (USD; fixed cost $" in text
+    (pair,) = result.breakeven
+    assert (pair["method"], pair["against"], pair["unit"]) == ("cot_bootstrap", "cot", "usd")
+    assert any(p.name == "breakeven_jsonl_sums.png" and p.is_file() for p in result.plots)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    child = next(
+        r
+        for r in client.search_runs([r.info.experiment_id for r in [client.get_run(result.run_id or "")]])
+        if r.data.tags.get("mlflow.runName", "").startswith("cot_bootstrap")
+    )
+    assert child.data.metrics["compile.usd"] == pytest.approx(cost["usd"]) and child.data.metrics["compile.reused"] == 0
+    assert {"compile_usage.json", "compile_cost.json"} <= {a.path for a in client.list_artifacts(child.info.run_id)}
+
+    # the same run again: the compiled program and the items are reused, no request reaches the server
+    before = len(task.requests)
+    again = compare(tmp_path / "c.toml", max_cost=1.0, **kw)
+    assert len(task.requests) == before and again.ok
+    reused = next(r for r in again.rows if r["method"] == "cot_bootstrap")["compile"]
+    assert reused["reused"] and reused["tokens"] == cost["tokens"] and reused["usd"] == cost["usd"]
+    assert again.spend is not None and again.spend.total == 0  # nothing spent: not the compile either
+    assert "(reused)" in table_text(again)
+
+
+def test_max_cost_stops_a_run_whose_compile_spent_past_it_and_a_rerun_reuses_the_compile(task, tmp_path):
+    out = CliRunner().invoke(app, _compare_args(task, tmp_path, "--max-cost", "0.000001"), env={"COLUMNS": "250"})
+    flat = _flat(out.output)
+    compile_requests = len(task.requests)
+    assert out.exit_code == 1, out.output
+    assert compile_requests > 0 and "max_cost reached" in flat
+    # every method was prepared (compiled) before any item started: no item of either starts
+    assert "of max_cost $0.000001: reached, 12 item(s) not started" in flat
+    assert "cot 0 not run" in flat and "cot_bootstrap 0 not run" in flat, flat
+    # a higher max_cost resumes: the compile is reused (no compile request), only the items are spent
+    out = CliRunner().invoke(app, _compare_args(task, tmp_path, "--max-cost", "1"), env={"COLUMNS": "250"})
+    flat = _flat(out.output)
+    assert out.exit_code == 0, out.output
+    assert len(task.requests) == compile_requests + 12  # the items only
+    assert "(reused)" in flat and "break-even, in USD" in flat
+
+
+@pytest.fixture
+def no_predictors():
+    class Plain(dspy.Module):
+        def forward(self, **inputs: object) -> dspy.Prediction:
+            return dspy.Prediction(answer=0.0)
+
+    register_method(MethodEntry(name="no_predictors", description="test only", factory=lambda sig, lms: Plain()))
+    yield "no_predictors"
+    _REGISTRY.pop("no_predictors")
+
+
+def test_a_compile_table_on_a_method_with_no_predictors_exits_2_before_any_request(task, tmp_path, no_predictors):
+    (tmp_path / "c.toml").write_text(CONFIG.replace('name = "cot"\nlabel', 'name = "no_predictors"\nlabel'))
+    out = CliRunner().invoke(app, _compare_args(task, tmp_path))
+    assert out.exit_code == 2, out.output
+    assert "has no predictors" in _flat(out.output) and "compile a method that has predictors" in _flat(out.output)
+    assert task.requests == []
+
+
+def _advise_args(server: Any, tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        "advise",
+        "--lm",
+        f"openai/{MODEL}",
+        "--lm-option",
+        f"api_base={server.base_url}",
+        "--lm-option",
+        "num_retries=0",
+        "--data",
+        str(_jsonl(tmp_path / "sums.jsonl", range(24))),
+        "--methods",
+        "cot",
+        "--margin",
+        "0.5",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+        "--results-dir",
+        str(tmp_path / "results"),
+        *extra,
+    ]
+
+
+def test_advise_volume_compile_train_end_to_end_and_resumed(task, tmp_path):
+    train = _jsonl(tmp_path / "train.jsonl", range(100, 112))
+    args = _advise_args(task, tmp_path, "--volume", "5000", "--compile", "bootstrap", "--train", str(train))
+    out = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    flat = _flat(out.output)
+    assert out.exit_code == 0, out.output
+    assert "volume 5,000 items" in flat and "/correct @5,000" in flat
+    assert re.search(r"cot_bootstrap compile: [\d,]+ tok · \$[\d.]+ · [\d.]+s", flat), flat
+    assert "cot_bootstrap vs cot (USD; fixed cost $" in flat
+    assert re.search(r"over 5,000 items: \$[\d.]+ per correct answer, compile included", flat), flat
+    asked = [r["messages"][-1]["content"] for r in task.requests]
+    assert any("What is 3 + 100?" in q for q in asked)  # the compile ran on the training file's items
+    cached = list((tmp_path / "results").rglob("cot_bootstrap.*.compiled.json"))
+    assert len(cached) == 1 and "load_compiled(program" in flat
+    # a re-run reuses the compiled program and every stored item: no request, the compile's recorded cost shown
+    before = len(task.requests)
+    out = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert len(task.requests) == before and "(reused)" in _flat(out.output)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--volume", "0"], "`--volume` is how many items you will run the method on"),
+        (["--volume", "-5"], "give a positive integer"),
+        (["--volume", "100", "--compile", "bootstrap"], "`--compile` compiles each candidate on your training items"),
+        (
+            ["--volume", "100", "--compile", "adam", "--train", "TRAIN"],
+            "unknown compiler `adam`. Choose from: textgrad",
+        ),
+        (["--volume", "100", "--compile", "bootstrap", "--train", "missing.jsonl"], "`--train`: Data file"),
+        (["--compile", "bootstrap", "--train", "TRAIN"], "say how many items you will run with `--volume N`"),
+        (["--volume", "100", "--train", "TRAIN"], "`--train` is what `--compile` trains on"),
+        (
+            ["--volume", "100", "--methods", "cot,for", "--role-lm", "debater=openai/my-model"],
+            "each needs a price, and `openai/my-model` (role `debater`) has none",
+        ),
+    ],
+)
+def test_advise_bad_volume_combinations_exit_2_before_any_request(task, tmp_path, extra, message):
+    train = str(_jsonl(tmp_path / "train.jsonl", range(100, 104)))
+    out = CliRunner().invoke(app, _advise_args(task, tmp_path, *[train if x == "TRAIN" else x for x in extra]))
+    assert out.exit_code == 2, out.output
+    assert message in _flat(out.output)
+    assert task.requests == []
