@@ -139,6 +139,19 @@ def test_a_saved_program_loads_into_its_student_keeping_each_roles_lm(tmp_path):
     )
 
 
+def test_a_program_that_is_one_predictor_loads_keeping_its_lm(tmp_path):
+    s, _ = student("single", scripted)
+    compiled = compile_program("bootstrap", s, trainset=TRAIN, metric=metric, max_bootstrapped_demos=1).program
+    path = tmp_path / "single.json"
+    compiled.save(str(path))
+    saved = json.loads(path.read_text())
+    saved["lm"] = ScriptedLM(respond, model="lm-from-the-file").dump_state()  # its state is at the file's top
+    path.write_text(json.dumps(saved))
+    fresh, fresh_lms = student("single", scripted)
+    loaded = load_compiled(fresh, path)
+    assert prompts_of(loaded) == prompts_of(compiled) and list(lms_of(loaded).values()) == [fresh_lms["task"]]
+
+
 def test_bad_options_and_a_program_without_predictors_fail_before_any_lm_call():
     lm = ScriptedLM(respond)
     dspy.configure(lm=lm)
