@@ -10,7 +10,8 @@ real up to its first step past validation, where a stand-in stops it: ``compare`
 :func:`~dspy_for.experiments.sweeps.spec.load_sweep_spec` and its own checks), ``advise`` at loading the items,
 ``ask`` at building the LMs; ``models``, ``serve`` and ``ui`` parse their flags only. No LM is called, no server
 started, nothing downloaded, no dataset read (placeholder data directories such as ``DATA_DIR`` are never
-opened; a placeholder ``--data FILE.jsonl`` that does not exist is replaced by a two-line file of that name).
+opened; a placeholder ``--data FILE.jsonl`` or ``--train FILE.jsonl`` that does not exist is replaced by a two-line
+file of that name).
 
 A command the doc shows failing on purpose carries a trailing comment saying so (``# refused``, ``# exits 2``
 or ``# fails``): it must then be refused with exit code 2.
@@ -258,11 +259,11 @@ def validate_only(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _placeholder_data(args: tuple[str, ...], tmp: Path) -> list[str]:
-    """``--data FILE.jsonl`` naming a file that does not exist (the reader's own task) → a two-line file of that
-    name, so the command reads a file of the documented shape."""
+    """``--data FILE.jsonl`` (or ``--train``) naming a file that does not exist (the reader's own task or training
+    items) → a two-line file of that name, so the command reads a file of the documented shape."""
     out = list(args)
     for i, a in enumerate(out[:-1]):
-        if a == "--data" and not Path(out[i + 1]).exists():
+        if a in ("--data", "--train") and not Path(out[i + 1]).exists():
             path = tmp / Path(out[i + 1]).name
             rows = [{"question": "What is 2 + 3?", "answer": "5"}, {"question": "What is 4 * 2?", "answer": "8"}]
             path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

@@ -147,8 +147,8 @@ declare(
         "max_cost",
         float,
         None,
-        "USD the run may spend (a sweep's trials in all, every worker's); then no item starts, what finished is "
-        "kept and a re-run resumes. Every LM needs a price.",
+        "USD the run may spend (a sweep's trials in all, every worker's; a new compile's too); then no item or "
+        "compile starts, what finished is kept and a re-run resumes. Every LM needs a price.",
         metavar="USD",
         check=_max_cost,
     )
