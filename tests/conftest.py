@@ -33,3 +33,18 @@ def shared_datasets() -> Path:
     if not SHARED_DATASETS.is_dir():
         pytest.skip(f"real benchmark data not found at {SHARED_DATASETS}")
     return SHARED_DATASETS
+
+
+@pytest.fixture
+def no_predictors():
+    """A registered method with no predictors (test only), by name: nothing for a compiler to tune."""
+    from dspy_for.experiments.methods import MethodEntry, register_method
+    from dspy_for.experiments.methods.entry import _REGISTRY
+
+    class Plain(dspy.Module):
+        def forward(self, **inputs: object) -> dspy.Prediction:
+            return dspy.Prediction(answer=0.0)
+
+    register_method(MethodEntry(name="no_predictors", description="test only", factory=lambda sig, lms: Plain()))
+    yield "no_predictors"
+    _REGISTRY.pop("no_predictors")

@@ -24,8 +24,6 @@ from typer.testing import CliRunner
 
 from dspy_for.cli import app
 from dspy_for.experiments import compare
-from dspy_for.experiments.methods import MethodEntry, register_method
-from dspy_for.experiments.methods.entry import _REGISTRY
 from dspy_for.experiments.reports.table import table_text
 from dspy_for.testing import user_text
 
@@ -67,25 +65,29 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _compare_args(server: Any, tmp_path: Path, *extra: str) -> list[str]:
+def _run_flags(server: Any, tmp_path: Path) -> list[str]:
+    """The LM (``make_lm`` of a priced model, on the server) and where the run is tracked and stored."""
+    flags = ["--lm", f"openai/{MODEL}", "--lm-option", f"api_base={server.base_url}", "--lm-option", "num_retries=0"]
     return [
-        "compare",
-        str(tmp_path / "c.toml"),
-        "--data",
-        str(_jsonl(tmp_path / "sums.jsonl", range(18))),
-        "--first",
-        "6",
-        "--lm",
-        f"openai/{MODEL}",
-        "--lm-option",
-        f"api_base={server.base_url}",
-        "--lm-option",
-        "num_retries=0",
-        "--no-traces",
+        *flags,
         "--tracking-uri",
         f"sqlite:///{tmp_path}/mlruns/mlflow.db",
         "--results-dir",
         str(tmp_path / "results"),
+    ]
+
+
+def _compare_args(server: Any, tmp_path: Path, *extra: str) -> list[str]:
+    data = str(_jsonl(tmp_path / "sums.jsonl", range(18)))
+    return [
+        "compare",
+        str(tmp_path / "c.toml"),
+        "--data",
+        data,
+        "--first",
+        "6",
+        "--no-traces",
+        *_run_flags(server, tmp_path),
         *extra,
     ]
 
@@ -151,17 +153,6 @@ def test_max_cost_stops_a_run_whose_compile_spent_past_it_and_a_rerun_reuses_the
     assert "(reused)" in flat and "break-even, in USD" in flat
 
 
-@pytest.fixture
-def no_predictors():
-    class Plain(dspy.Module):
-        def forward(self, **inputs: object) -> dspy.Prediction:
-            return dspy.Prediction(answer=0.0)
-
-    register_method(MethodEntry(name="no_predictors", description="test only", factory=lambda sig, lms: Plain()))
-    yield "no_predictors"
-    _REGISTRY.pop("no_predictors")
-
-
 def test_a_compile_table_on_a_method_with_no_predictors_exits_2_before_any_request(task, tmp_path, no_predictors):
     (tmp_path / "c.toml").write_text(CONFIG.replace('name = "cot"\nlabel', 'name = "no_predictors"\nlabel'))
     out = CliRunner().invoke(app, _compare_args(task, tmp_path))
@@ -171,26 +162,8 @@ def test_a_compile_table_on_a_method_with_no_predictors_exits_2_before_any_reque
 
 
 def _advise_args(server: Any, tmp_path: Path, *extra: str) -> list[str]:
-    return [
-        "advise",
-        "--lm",
-        f"openai/{MODEL}",
-        "--lm-option",
-        f"api_base={server.base_url}",
-        "--lm-option",
-        "num_retries=0",
-        "--data",
-        str(_jsonl(tmp_path / "sums.jsonl", range(24))),
-        "--methods",
-        "cot",
-        "--margin",
-        "0.5",
-        "--tracking-uri",
-        f"sqlite:///{tmp_path}/mlruns/mlflow.db",
-        "--results-dir",
-        str(tmp_path / "results"),
-        *extra,
-    ]
+    data = str(_jsonl(tmp_path / "sums.jsonl", range(24)))
+    return ["advise", "--data", data, "--methods", "cot", "--margin", "0.5", *_run_flags(server, tmp_path), *extra]
 
 
 def test_advise_volume_compile_train_end_to_end_and_resumed(task, tmp_path):

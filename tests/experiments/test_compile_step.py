@@ -14,15 +14,9 @@ import dspy_for.experiments.core.prepare as prepare_mod
 from dspy_for.datasets import content_key, load_dataset
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.core import prepare_run
-from dspy_for.experiments.core.compile_step import CompileCost, compile_for_run, compile_settings
-from dspy_for.experiments.methods import (
-    MethodEntry,
-    check_compile,
-    compilable_methods,
-    predictor_names,
-    register_method,
-)
-from dspy_for.experiments.methods.entry import _REGISTRY
+from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run, compile_settings
+from dspy_for.experiments.core.spend import SpendLimit
+from dspy_for.experiments.methods import check_compile, compilable_methods, predictor_names
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, load_examples
 from dspy_for.lm.pricing import PRICE_ATTR, Price
 from dspy_for.metrics import metric_for
@@ -136,23 +130,6 @@ def test_a_compile_leaves_out_every_item_the_run_scores_and_validates_on_the_spl
     assert ASKED == []
 
 
-class _NoPredictors(dspy.Module):
-    def __init__(self, signature: str) -> None:
-        super().__init__()
-
-    def forward(self, **inputs: object) -> dspy.Prediction:
-        return dspy.Prediction(answer=0.0)
-
-
-@pytest.fixture
-def no_predictors():
-    register_method(
-        MethodEntry(name="no_predictors", description="test only", factory=lambda sig, lms: _NoPredictors(sig))
-    )
-    yield "no_predictors"
-    _REGISTRY.pop("no_predictors")
-
-
 @pytest.mark.parametrize(
     ("name", "table", "message"),
     [
@@ -208,3 +185,19 @@ def test_prepare_run_keeps_the_compile_cost_and_routes_the_reloaded_program(tmp_
     assert ASKED == [] and again.compile_cost is not None and again.compile_cost.reused
     assert again.program.predict.lm is again.role_lms["task"] and len(again.program.predict.demos) == 4
     assert again.compile_cost.tokens == first.compile_cost.tokens
+
+
+def test_no_compile_starts_once_max_cost_is_reached_but_a_cached_program_is_reused(tmp_path, monkeypatch):
+    lm = ScriptedLM(answer, model="lm-task")
+    monkeypatch.setattr(prepare_mod, "make_lm", lambda spec, **options: lm)
+    method = MethodConfig(name="cot", label="cot_bootstrap", compile=dict(TABLE))
+    spec = ExperimentSpec(lm="openai/fake", datasets=[DATA], methods=[method], cache=False)
+    reached = SpendLimit(1.0, earlier=1.0)
+    with pytest.raises(CompileNotStarted) as stopped:
+        prepare_run(spec, DATA, method, compile_dir=tmp_path, limit=reached)
+    assert stopped.value.items == 3 and ASKED == []
+    first = prepare_run(spec, DATA, method, compile_dir=tmp_path)  # compiled (no limit), then cached
+    assert first.compile_cost is not None and first.compiled_path is not None and first.compiled_path.is_file()
+    ASKED.clear()
+    again = prepare_run(spec, DATA, method, compile_dir=tmp_path, limit=reached)  # costs nothing: it runs
+    assert again.compile_cost is not None and again.compile_cost.reused and ASKED == []

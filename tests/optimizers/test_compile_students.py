@@ -120,36 +120,23 @@ def test_bootstrap_gives_every_predictor_that_ran_its_demos_as_dspy_does():
     }
 
 
-def test_a_saved_program_loads_into_its_student_keeping_each_roles_lm(tmp_path):
-    s, _ = student("for", scripted)
+@pytest.mark.parametrize(("name", "state"), [("for", "debater"), ("single", None)])
+def test_a_saved_program_loads_into_its_student_keeping_each_roles_lm(tmp_path, name, state):
+    s, _ = student(name, scripted)
     compiled = compile_program("bootstrap", s, trainset=TRAIN, metric=metric, max_bootstrapped_demos=1).program
-    path = tmp_path / "for.json"
+    path = tmp_path / f"{name}.json"
     compiled.save(str(path))
-    # a file holding an LM's state (DSPy's save stores one per predictor that has an LM), here of a class DSPy will
-    # not import from a file: it is not loaded, the program keeps its own LMs
+    # a file holding an LM's state (DSPy's save stores one per predictor that has an LM; a program that is one
+    # predictor, at the file's top), here of a class DSPy will not import from a file: it is not loaded, the program
+    # keeps its own LMs
     saved = json.loads(path.read_text())
-    saved["debater"]["lm"] = ScriptedLM(respond, model="lm-from-the-file").dump_state()
+    (saved if state is None else saved[state])["lm"] = ScriptedLM(respond, model="lm-from-the-file").dump_state()
     path.write_text(json.dumps(saved))
-    fresh, fresh_lms = student("for", scripted)
+    fresh, _ = student(name, scripted)
+    own = lms_of(fresh)
     loaded = load_compiled(fresh, path)
     assert loaded is fresh and prompts_of(loaded) == prompts_of(compiled)
-    assert all(
-        lms_of(loaded)[n] is fresh_lms[r]
-        for n, r in [("debater", "debater"), ("host", "host"), ("defender", "defender")]
-    )
-
-
-def test_a_program_that_is_one_predictor_loads_keeping_its_lm(tmp_path):
-    s, _ = student("single", scripted)
-    compiled = compile_program("bootstrap", s, trainset=TRAIN, metric=metric, max_bootstrapped_demos=1).program
-    path = tmp_path / "single.json"
-    compiled.save(str(path))
-    saved = json.loads(path.read_text())
-    saved["lm"] = ScriptedLM(respond, model="lm-from-the-file").dump_state()  # its state is at the file's top
-    path.write_text(json.dumps(saved))
-    fresh, fresh_lms = student("single", scripted)
-    loaded = load_compiled(fresh, path)
-    assert prompts_of(loaded) == prompts_of(compiled) and list(lms_of(loaded).values()) == [fresh_lms["task"]]
+    assert all(lms_of(loaded)[n] is lm for n, lm in own.items())
 
 
 def test_bad_options_and_a_program_without_predictors_fail_before_any_lm_call():
