@@ -5,6 +5,7 @@ import pytest
 import dspy_for.experiments.core.prepare as run_mod
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.sweeps.sweep import load_sweep_spec, sweep
+from dspy_for.lm.pricing import PRICE_ATTR, Price
 from dspy_for.testing import ScriptedLM, for_responder, system_text
 
 CONFIG = """
@@ -303,6 +304,13 @@ def test_a_compile_then_evaluate_sweep_searches_textgrad_steps_and_batch_size(tm
     # the searched option reached the optimizer: a second step costs more compile calls
     assert two_steps.user_attrs["compile_calls"] > one_step.user_attrs["compile_calls"] > 0
     assert one_step.user_attrs["compile_tokens"] > 0
+    # under max_cost a trial's compile spends against it beside its items (USD 1 per million tokens here)
+    setattr(lm, PRICE_ATTR, Price(input=1.0, output=1.0))
+    priced = 'study = "tg_priced"\nmax_cost = 100\nlm_options = { price = { input = 1, output = 1 } }\n'
+    cfg.write_text(TEXTGRAD_SWEEP.replace('study = "tg"\n', priced))
+    trial = sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", n_trials=1).study.trials[0]
+    tokens = trial.user_attrs["compile_tokens"] + trial.user_attrs["spent_tokens"]
+    assert trial.user_attrs["compile_tokens"] > 0 and trial.user_attrs["spent_usd"] == pytest.approx(tokens / 1e6)
     lm.calls.clear()
     monkeypatch.setattr(run_mod, "compile_for_run", lambda program, *a, **k: (program, None))
     cfg.write_text(TEXTGRAD_SWEEP.replace('study = "tg"', 'study = "tg_off"'))
