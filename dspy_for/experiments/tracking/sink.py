@@ -10,7 +10,9 @@ item failed, or the run raised) or KILLED (Ctrl-C, SIGTERM). Everything is writt
 
 Traces are written by a writer thread of the sink's own, in batches (each trace's info, then every span of the
 batch in one store call), so the threads waiting on the LM never wait on the tracking store; closing the sink
-waits for every trace of its records to be written.
+waits for every trace of its records to be written. At most :data:`MAX_TRACE_WRITERS` writers write at once in a
+process, however many methods and datasets a comparison runs side by side: the store's connection pool (SQLAlchemy's
+5 + 10) is never exhausted by them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ __all__ = ["MlflowSink", "item_rows"]
 logger = logging.getLogger("dspy_for.tracing")
 
 _BATCH = 64  # the most traces written in one go
+#: writer threads that write to the tracking store at once (the others wait their turn)
+MAX_TRACE_WRITERS = 4
+_WRITING = threading.BoundedSemaphore(MAX_TRACE_WRITERS)
+_GIVE_UP = 3  # failed batches after which a sink stops trying (each item still gets its warning)
 _CLOSE = object()  # put last: the writer stops after writing what came before it
 
 
@@ -70,9 +76,13 @@ class MlflowSink:
                 except queue.Empty:
                     break
             landed = [x for x in batch if x is not _CLOSE]
-            if landed and self._trace_errors <= 3:  # a store that keeps refusing: stop trying
+            if landed and self._trace_errors >= _GIVE_UP:  # a store that keeps refusing: stop trying
+                for x in landed:
+                    self._warn(RuntimeError(f"not tried after {_GIVE_UP} failed writes"), x.item.id)
+            elif landed:
                 try:
-                    traces.log_item_traces(self._context, landed)
+                    with _WRITING:
+                        traces.log_item_traces(self._context, landed)
                 except Exception as exc:  # a warning per item whose trace is missing, however they were batched
                     self._trace_errors += 1
                     for x in landed:
@@ -82,11 +92,15 @@ class MlflowSink:
             if len(landed) < len(batch):
                 return
 
-    def close(self, result: MethodResult, status: RunStatus) -> None:
-        if self._writer is not None:  # every trace of the run's records is written before the run ends
+    def finish_traces(self) -> None:
+        """Wait until every trace of the records added so far is written (or warned about); the writer then stops."""
+        if self._writer is not None:
             self._queue.put(_CLOSE)
             self._writer.join()
             self._writer = None
+
+    def close(self, result: MethodResult, status: RunStatus) -> None:
+        self.finish_traces()  # every trace of the run's records is written before the run ends
         client = store.client()
         summary = summarize(result)
         try:
