@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import math
+
+import pytest
 
 from dspy_for.experiments.core import ItemResult, MethodResult, ResultStore
 
@@ -49,3 +52,15 @@ def test_records_written_are_masked(tmp_path, monkeypatch):
     )
     text = (tmp_path / "m.jsonl").read_text()
     assert "topsecret-value-123" not in text and "sk-abcdefghijklmnop" not in text and "***" in text
+
+
+def test_seconds_per_item_leaves_out_answers_the_dspy_cache_served():
+
+    def item(n: int, seconds: float, cached: int) -> ItemResult:
+        usage = {"total": {"calls": 2, "cached_calls": cached}}
+        return ItemResult(f"q{n}", f"question {n}", 1, {"answer": 1}, 1.0, usage=usage, wall_time=seconds)
+
+    cold = MethodResult("cot", [item(0, 4.0, 0), item(1, 6.0, 0), item(2, 0.001, 2), item(3, 0.5, 1)])
+    assert cold.seconds_per_item == pytest.approx(5.0)  # the two answers no cache hit served
+    warm = MethodResult("cot", [item(0, 0.001, 2), item(1, 0.002, 1)])
+    assert math.isnan(warm.seconds_per_item)  # absent: no answer says what the method costs in time

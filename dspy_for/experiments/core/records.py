@@ -218,11 +218,11 @@ class MethodResult:
     @property
     def seconds_per_item(self) -> float:
         """The method's own time per scored record: the mean of each record's ``wall_time`` (its call on the item,
-        start to end, as it ran; a reused record keeps its time). Records run side by side overlap, so these do not
-        add up to the run's wall time; NaN (absent) when nothing was scored."""
-        if not self.scored:
-            return math.nan
-        return sum(i.wall_time for i in self.scored) / self.n_answers
+        start to end, as it ran; a reused record keeps its time) over the records none of whose LM calls DSPy's cache
+        served (a cache hit takes no time: such a record's time is not what the method costs). Records run side by
+        side overlap, so these do not add up to the run's wall time; NaN (absent) when no such record was scored."""
+        timed = [i.wall_time for i in self.scored if not _served_from_cache(i)]
+        return sum(timed) / len(timed) if timed else math.nan
 
     @property
     def cost_per_item(self) -> float:
@@ -277,6 +277,11 @@ class MethodResult:
     def error_counts(self) -> Counter[str]:
         """Each distinct error (class and message, secrets masked) with how many items it failed."""
         return Counter(redact(i.error or "") for i in self.items if i.failed)
+
+
+def _served_from_cache(item: ItemResult) -> bool:
+    """Whether DSPy's cache served any LM call of ``item`` (its ``cached_calls``)."""
+    return bool(item.usage.get("total", {}).get("cached_calls"))
 
 
 def _merged(usages: Iterable[dict[str, dict[str, float]]]) -> Usage:

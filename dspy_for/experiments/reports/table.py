@@ -170,7 +170,8 @@ def legend(result: ComparisonResult) -> str:
         text += "; +N✗: answers that failed (LM errors), left out of accuracy and tokens"
     text += (
         "; s/item: seconds of the method's own call per scored answer, as it ran (items run side by side overlap, "
-        "so these do not add up to the run's time)"
+        "so these do not add up to the run's time; answers any of whose LM calls DSPy's cache served are left out, "
+        "'-' when every one was)"
     )
     if any(r.get("reused_time") for r in rows):
         text += "; s/item*: includes results reused from an earlier run, at the time they took then"
