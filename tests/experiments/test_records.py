@@ -64,3 +64,15 @@ def test_seconds_per_item_leaves_out_answers_the_dspy_cache_served():
     assert cold.seconds_per_item == pytest.approx(5.0)  # the two answers no cache hit served
     warm = MethodResult("cot", [item(0, 0.001, 2), item(1, 0.002, 1)])
     assert math.isnan(warm.seconds_per_item)  # absent: no answer says what the method costs in time
+
+
+def test_a_method_whose_every_answer_the_cache_served_has_no_time_in_its_summary_table_or_metrics():
+    from dspy_for.experiments.core.summary import summarize
+    from dspy_for.experiments.reports.table import COLUMNS
+
+    usage = {"total": {"calls": 1, "cached_calls": 1, "tokens": 10}}
+    items = [ItemResult(f"q{n}", f"question {n}", 1, {"answer": 1}, 1.0, usage=usage, wall_time=0.001) for n in (0, 1)]
+    summary = summarize(MethodResult("cot", items))
+    assert summary.seconds_per_item is None and "seconds_per_item" not in summary.metrics()
+    seconds = next(c for c in COLUMNS if c.header == "s/item")
+    assert seconds.cell({"seconds_per_item": summary.seconds_per_item}, None) == "-"

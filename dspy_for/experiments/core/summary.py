@@ -13,6 +13,7 @@ items paired by content for the tests); a :class:`Summary` is the numbers, named
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -93,10 +94,11 @@ class Summary:
             "failed_items": float(self.failed),
             "unparsed_items": float(self.unparsed),
             "wall_time": self.wall_time,
-            "seconds_per_item": float(self.seconds_per_item or 0.0),
             "tokens_per_item": float(self.tokens_per_item or 0.0),
             "calls_per_item": float(self.calls_per_item or 0.0),
         }
+        if self.seconds_per_item is not None:  # every answer served from the cache: absent, never 0
+            out["seconds_per_item"] = self.seconds_per_item
         if self.cost_per_item is not None and self.spent_usd is not None:  # unpriced: absent, never 0
             out.update({"cost_per_item_usd": self.cost_per_item, "cost_usd": self.spent_usd})
         if self.reasoning_tokens_per_item:
@@ -187,7 +189,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         answers=result.n_answers,
         spread=asdict(spread) if (spread := result.spread()) is not None else None,
         calls=total.calls,
-        seconds_per_item=result.seconds_per_item if measured else None,
+        seconds_per_item=seconds if measured and not math.isnan(seconds := result.seconds_per_item) else None,
         wall_time=result.wall_time + result.reused_time,
         reused_time=result.reused_time,
         stats=result.stats_mean,
