@@ -1,6 +1,6 @@
-"""``dspy-for advise --volume --compile bootstrap --train`` on a real local model, a few items (``llm``: the lead
-runs it, alone on the machine): CoT and CoT compiled by BootstrapFewShot on a user's training file, the compile's
-cost recorded and counted in the cost per correct answer at the volume, and a re-run that reuses the compile."""
+"""``dspy-for advise --volume --compile bootstrap --train`` on a real local model, a few items (``llm``): CoT and CoT
+compiled by BootstrapFewShot on a user's training file, the compile's cost recorded and counted in the cost per correct
+answer at the volume, and a re-run that reuses the compile."""
 
 from __future__ import annotations
 
