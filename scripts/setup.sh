@@ -22,7 +22,7 @@ if [[ ",${EXTRAS}," == *",local,"* ]] && ! .venv/bin/python -c "import llama_cpp
 print(next(r for r in d['project']['optional-dependencies']['local'] if r.startswith('llama-cpp-python')))")
   CMAKE_ARGS=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"} \
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "$req"
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)} .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "$req"
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${EXTRAS}]"
 if [[ ",${EXTRAS}," == *",local,"* ]]; then

@@ -13,12 +13,29 @@ if [ -z "${DSPY_FOR_CACHE_DIR:-}" ]; then
   export DSPY_FOR_CACHE_DIR
   trap 'rm -rf "$DSPY_FOR_CACHE_DIR"' EXIT
 fi
-set +e
-.venv/bin/python -m pytest "$@"
-code=$?
-set -e
-if [ "$code" -eq 5 ]; then
-  echo "pytest collected no tests" >&2
-  exit 1
+# Without a selection of your own (-m, -k, -n, -p, a path or a node id), the unit tests run on two pytest-xdist
+# workers, then the llm tests on one (they share the one local server, which uses every core)
+selects=0
+for arg in "$@"; do
+  case "$arg" in -m|-m*|-k|-k*|-n|-n*|-p|-p*|--numprocesses*|tests*|*.py|*::*) selects=1 ;; esac
+done
+run() {
+  local code=0
+  .venv/bin/python -m pytest "$@" || code=$?
+  if [ "$code" -eq 5 ]; then
+    echo "pytest collected no tests" >&2
+    return 1
+  fi
+  return "$code"
+}
+if [ "$selects" -eq 1 ]; then
+  code=0
+  run "$@" || code=$?
+  exit "$code"
 fi
-exit "$code"
+unit=0
+llm=0
+run -m "not llm" -n 2 "$@" || unit=$?
+run -m llm "$@" || llm=$?
+if [ "$unit" -ne 0 ]; then exit "$unit"; fi
+exit "$llm"
