@@ -93,7 +93,7 @@ def compare(
 
 def _report(out: ComparisonResult, parent: str, run_dir: Path) -> None:
     """The table (``summary.jsonl``, ``summary.txt``) and the plots, on the parent run and in ``run_dir``."""
-    out.rows = report.summary_rows(out)
+    out.cells = report.summary_cells(out)
     out.breakeven = breakeven_of(out)
     store.log_table(parent, out.rows, "summary.jsonl")
     if out.breakeven:

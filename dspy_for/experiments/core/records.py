@@ -32,6 +32,7 @@ from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epoc
 if TYPE_CHECKING:
     from dspy_for.experiments.core.compile_step import CompileCost
     from dspy_for.experiments.core.spend import SpendLimit
+    from dspy_for.experiments.core.summary import Cell
     from dspy_for.lm.pricing import Price
 
 __all__ = ["ComparisonResult", "ItemResult", "MethodResult", "Outcome", "record_key"]
@@ -338,7 +339,8 @@ class ComparisonResult(Outcome):
     spec: ExperimentSpec
     results: dict[str, dict[str, MethodResult]] = field(default_factory=dict)  # dataset -> label -> result
     errors: dict[str, dict[str, str]] = field(default_factory=dict)  # a method that could not run at all
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    #: one per method × dataset, in the spec's order, then the methods that could not run (set once the run is reported)
+    cells: list[Cell] = field(default_factory=list)
     run_id: str | None = None
     run_dir: Path | None = None
     plots: list[Path] = field(default_factory=list)
@@ -350,6 +352,11 @@ class ComparisonResult(Outcome):
 
     def method_results(self) -> list[MethodResult]:
         return [r for by_label in self.results.values() for r in by_label.values()]
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`), as ``summary.jsonl`` has them."""
+        return [c.row() for c in self.cells]
 
     @property
     def judge_errors(self) -> int:

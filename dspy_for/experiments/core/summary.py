@@ -21,7 +21,7 @@ from typing import Any
 from dspy_for.experiments.core.records import MethodResult
 from dspy_for.stats import bootstrap_interval, cohens_kappa, mean_with_ci, paired_comparison
 
-__all__ = ["JUDGE_SCORES", "Summary", "judge_summary", "summarize", "tokens_by_lm"]
+__all__ = ["JUDGE_SCORES", "Cell", "Summary", "judge_summary", "summarize", "tokens_by_lm"]
 
 JUDGE_SCORES = ("judged_accuracy", "quality.reasoning", "quality.coherence", "quality.holistic")
 
@@ -137,6 +137,34 @@ class Summary:
         if not out["judge"]:
             out.pop("judge")
         return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One method on one dataset as every report shows it (the table's row, a frame's cell, ``summary.jsonl``): its
+    :class:`Summary`, paired with the baseline, or the error that kept it from running (``summary`` None)."""
+
+    dataset: str
+    split: str
+    label: str  # the method's label in the run
+    method: str  # its registry name
+    summary: Summary | None = None
+    error: str | None = None  # the method could not run at all
+    diagnostics: dict[str, Any] | None = None  # what the method's registry entry declares it reports
+
+    @property
+    def measured(self) -> bool:
+        """Scored items to report on (False: could not run, every item failed, or none started)."""
+        return self.summary is not None and self.summary.accuracy is not None
+
+    def row(self) -> dict[str, Any]:
+        """The cell as plain data (``summary.jsonl``): :meth:`Summary.row` with its dataset and split, its
+        ``diagnostics`` when there are any; ``{dataset, split, method, error}`` for a method that could not run."""
+        head = {"dataset": self.dataset, "split": self.split}
+        if self.summary is None:
+            return {**head, "method": self.label, "error": self.error}
+        row = {**head, **self.summary.row()}
+        return {**row, "diagnostics": self.diagnostics} if self.diagnostics is not None else row
 
 
 def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Summary:
