@@ -150,7 +150,7 @@ def prepare_run(
             cached=cached,
             scored=examples,
         )
-        if limit is not None:
+        if limit is not None and compile_cost is not None:
             limit.add_compile(compile_cost)
     judge, judge_name = _judge(spec, metric)
     return PreparedRun(

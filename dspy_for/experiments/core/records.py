@@ -355,7 +355,7 @@ class ComparisonResult(Outcome):
 
     @property
     def rows(self) -> list[dict[str, Any]]:
-        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`), as ``summary.jsonl`` has them."""
+        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`): ``summary.jsonl``."""
         return [c.row() for c in self.cells]
 
     @property
