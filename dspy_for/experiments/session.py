@@ -3,7 +3,7 @@
 
     with Session(spec, name="compare-demo", tags={"dspy_for.kind": "comparison"}) as session:
         cell = session.open(dataset, method)              # prepared (and compiled), its MLflow run, its stored records
-        session.feed([Feed(cell.evaluation, cell.run.examples)])   # the one loop: every cell side by side
+        session.feed([cell])                              # the one loop: every open cell side by side
         session.report("the table", write_table)          # a report that fails is logged, never fails the run
 
 What it owns, written once here: the MLflow run of the session (started and ended with its status: FINISHED,
