@@ -54,6 +54,8 @@ class Summary:
     #: the method's own seconds per scored answer (each record's call on its item, as it ran: a reused record keeps
     #: its time); comparable across methods that share one pool, where ``wall_time`` is not
     seconds_per_item: float | None
+    #: ``seconds_per_item`` counts answers some of whose LM calls DSPy's cache served: a lower bound on a cold run's
+    seconds_lower_bound: bool
     wall_time: float  # the run's (its pool's, shared by the methods run side by side), plus reused records' own
     reused_time: float
     stats: dict[str, float]
@@ -218,6 +220,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         spread=asdict(spread) if (spread := result.spread()) is not None else None,
         calls=total.calls,
         seconds_per_item=seconds if measured and not math.isnan(seconds := result.seconds_per_item) else None,
+        seconds_lower_bound=measured and result.seconds_partly_cached,
         wall_time=result.wall_time + result.reused_time,
         reused_time=result.reused_time,
         stats=result.stats_mean,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.core.summary import tokens_by_lm
 from dspy_for.experiments.methods import get_method
+from dspy_for.lm import model_label
 from dspy_for.stats import CostModel, break_even
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def breakeven_lines(brows: Iterable[Mapping[str, Any]]) -> list[str]:
     volume)."""
     lines = []
     for r in brows:
-        unit = "USD" if r["unit"] == USD else f"tokens of {r['lm']}"
+        unit = "USD" if r["unit"] == USD else f"tokens of {model_label(str(r['lm']))}"
         lines.append(
             f"{r['method']} vs {r['against']} ({unit}; fixed cost {_amount(r['fixed'], r['unit'])}): {_verdict(r)}"
         )
@@ -184,7 +185,7 @@ def breakeven_figures(rows: Iterable[Mapping[str, Any]], brows: Iterable[Mapping
             per_correct.errorbar([at], [y], xerr=err, fmt="o", color="black", capsize=4)
             per_correct.annotate(f"{r['method']} vs {r['against']}", (at, y), fontsize=7)
             total.axvline(at, color="gray", linestyle=":")
-        what = "USD" if unit == USD else f"tokens of {lm}"
+        what = "USD" if unit == USD else f"tokens of {model_label(str(lm))}"
         for ax, ylabel in ((total, f"total cost ({what})"), (per_correct, f"cost per correct answer ({what})")):
             ax.set_xscale("log")
             if ax.lines:  # a log scale needs a positive value to show

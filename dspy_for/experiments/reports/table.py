@@ -102,7 +102,7 @@ def _seconds(row: dict[str, Any], baseline: str | None) -> str:
     if value is None:
         return "-"
     text = f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
-    return text + ("*" if row.get("reused_time") else "")
+    return ("≥" if row.get("seconds_lower_bound") else "") + text + ("*" if row.get("reused_time") else "")
 
 
 #: the per-method columns, in order (add one to show a new per-method number)
@@ -173,9 +173,11 @@ def legend(result: ComparisonResult) -> str:
         text += "; +N✗: answers that failed (LM errors), left out of accuracy and tokens"
     text += (
         "; s/item: seconds of the method's own call per scored answer, as it ran (items run side by side overlap, "
-        "so these do not add up to the run's time; answers any of whose LM calls DSPy's cache served are left out, "
-        "'-' when every one was)"
+        "so these do not add up to the run's time; answers every one of whose LM calls DSPy's cache served are left "
+        "out, '-' when every answer was)"
     )
+    if any(r.get("seconds_lower_bound") for r in rows):
+        text += "; ≥: some LM calls of the timed answers were served by DSPy's cache, so a cold run takes longer"
     if any(r.get("reused_time") for r in rows):
         text += "; s/item*: includes results reused from an earlier run, at the time they took then"
     return text + compile_legend(rows) + "."
