@@ -18,7 +18,7 @@ from typing import Any
 import dspy
 
 from dspy_for.datasets import signature_for
-from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run, compile_settings
+from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run
 from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.spec.checks import COMPILE_ROLE
@@ -135,11 +135,11 @@ def prepare_run(
     )
     examples = examples if examples is not None else load_examples(dataset)
     compile_cost = cached = None
-    if method.compile:
+    if (step := method.compile_step) is not None:
         cached = compile_dir / f"{method.label}.{key}.compiled.json" if compile_dir else None
         if limit is not None and limit.reached and not (cached is not None and cached.is_file()):
             raise CompileNotStarted(method.label, len(examples) * spec.epochs)
-        optimizer_lm = role_lm(spec, compile_settings(method).get("optimizer_lm", spec.lm), COMPILE_ROLE)
+        optimizer_lm = role_lm(spec, step.optimizer_lm if step.optimizer_lm is not None else spec.lm, COMPILE_ROLE)
         program, compile_cost = compile_for_run(
             program,
             method,
