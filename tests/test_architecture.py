@@ -33,6 +33,7 @@ FLOORS: dict[str, int] = {
     "dspy_for.experiments.sequential": 7,
     "dspy_for.experiments.comparison": 7,
     "dspy_for.experiments.sweeps": 7,
+    "dspy_for.experiments.results": 7,
     "dspy_for.experiments.advisor": 8,
     "dspy_for.experiments": 9,  # the package's face: re-exports only
     "dspy_for.render": 10,

@@ -30,6 +30,8 @@ from dspy_for.secrets import needs_redaction, redact, redact_obj
 from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epochs, spread
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from dspy_for.experiments.core.compile_step import CompileCost
     from dspy_for.experiments.core.spend import SpendLimit
     from dspy_for.experiments.core.summary import Cell
@@ -349,6 +351,9 @@ class ComparisonResult(Outcome):
     #: each compiled method's break-even volumes against its student and the most accurate uncompiled method
     #: (:func:`~dspy_for.experiments.reports.breakeven.breakeven_rows`)
     breakeven: list[dict[str, Any]] = field(default_factory=list)
+    #: records the config asks for that the results store does not have, by dataset and label (set by
+    #: :func:`~dspy_for.experiments.load_results` for an incomplete cell; a run's own result leaves it empty)
+    missing: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def method_results(self) -> list[MethodResult]:
         return [r for by_label in self.results.values() for r in by_label.values()]
@@ -361,6 +366,20 @@ class ComparisonResult(Outcome):
     @property
     def judge_errors(self) -> int:
         return sum(r.judge_errors for r in self.method_results())
+
+    def to_pandas(self, level: str = "items") -> pd.DataFrame:
+        """The result as a pandas data frame: ``items`` (one row per item × method × epoch), ``cells`` (one row per
+        method × dataset: the printed table's numbers) or ``pairs`` (each paired test); see
+        :mod:`~dspy_for.experiments.core.frames` and the column reference."""
+        from dspy_for.experiments.core.frames import comparison_frame
+
+        return comparison_frame(self, level)
+
+    def _repr_html_(self) -> str:
+        """The table in a notebook: one HTML table per dataset."""
+        from dspy_for.experiments.core.frames_html import comparison_html
+
+        return comparison_html(self)
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,164 @@
+"""Stored results loaded back: :func:`load_results` turns a comparison's stored records into the
+:class:`~dspy_for.experiments.core.records.ComparisonResult` ``compare`` returned — the same cells, table and data
+frames — from its config and its results directory, with no LM built or called and no item run::
+
+    result = load_results("experiments/smoke.toml")              # the config's `results_dir`, else mlruns/
+    result.to_pandas(level="cells")
+
+Each method's records are found where ``compare`` keeps them (``<results_dir>/<dataset>/<split>/<label>.<key>.jsonl``,
+the key worked out from the config as the run works it out, without an LM) and matched to the config's items by
+content, in the dataset's order; a record stored more than once counts as its last (a failed item that a later run
+finished counts as finished). What a loaded result cannot know is said, never made up: its wall times are the
+records' own (the run's wall clock is not stored), a method with no stored records is a cell that could not run,
+and a cell with records missing for some items counts them in ``missing``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from dspy_for.datasets import content_key
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.comparison import _matched_budget, _phases  # the order and sizing compare uses
+from dspy_for.experiments.core import MethodResult, ResultStore, load_examples
+from dspy_for.experiments.core.compile_step import CompileCost
+from dspy_for.experiments.core.prepare import result_key, with_options
+from dspy_for.experiments.core.records import ComparisonResult, ItemResult, record_key
+from dspy_for.experiments.methods import get_method
+from dspy_for.experiments.reports.compiled import breakeven_of
+from dspy_for.experiments.reports.table import summary_cells
+from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
+from dspy_for.experiments.spec.config import Overrides
+from dspy_for.experiments.tracking.store import tracking_root
+from dspy_for.lm.options import LOCAL_PREFIX
+from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
+
+__all__ = ["load_results", "read_records"]
+
+logger = logging.getLogger("dspy_for.experiments")
+
+
+def load_results(
+    config: ExperimentSpec | str | Path | None = None,
+    results_dir: str | Path | None = None,
+    *,
+    overrides: Overrides | None = None,
+    **kwargs: Any,
+) -> ComparisonResult:
+    """The comparison ``config`` describes, rebuilt from its stored records (see the module docstring).
+    ``results_dir``: where the run kept them (default: the config's ``results_dir``, else ``compare/items`` beside
+    its tracking store); ``overrides`` (or keyword arguments, as for ``compare``: ``first=10``, ...) apply first.
+    A directory without any record of the config is a :class:`~dspy_for.errors.ConfigError` naming the fix."""
+    spec = load_spec(config, overrides, **kwargs)
+    items_dir = Path(results_dir) if results_dir is not None else spec.items_dir(tracking_root(spec.tracking_uri))
+    if not items_dir.is_dir():
+        raise ConfigError(
+            f"No results directory {items_dir}: pass the results directory the comparison used (`--results-dir`, "
+            "the config's `results_dir`), or run `dspy-for compare` on this config first."
+        )
+    out = ComparisonResult(spec=spec)
+    for d in spec.datasets:
+        out.results[d.name], out.errors[d.name] = {}, {}
+        examples = load_examples(d)
+        for phase in _phases(spec):
+            for m in phase:
+                if spec.match_budget and get_method(m.name).sized is not None:
+                    m = with_options(m, _matched_budget(spec, out.results[d.name], m))  # as compare sized it
+                _load_method(out, items_dir, d, m, examples)
+    if not any(out.results.values()):
+        raise ConfigError(
+            f"{items_dir} has no stored records for this config (its datasets, methods, LMs and options): pass the "
+            "results directory the comparison used (`--results-dir`) and the same config and flags it ran with, or "
+            "run `dspy-for compare` on it first."
+        )
+    out.cells = summary_cells(out)
+    out.breakeven = breakeven_of(out)
+    return out
+
+
+def _load_method(
+    out: ComparisonResult, items_dir: Path, d: DatasetConfig, m: MethodConfig, examples: list[dspy.Example]
+) -> None:
+    """One method's stored records on ``d`` into ``out`` (its result, or why it has none)."""
+    spec = out.spec
+    key = result_key(spec, d, m)
+    path = ResultStore.in_dir(items_dir, d.name, d.split, m.label, key).path
+    if not path.is_file():
+        out.errors[d.name][m.label] = (
+            f"no stored records (no {path.name} in {path.parent}): it could not run, did not run, or ran with "
+            "other settings"
+        )
+        return
+    stored = read_records(path)
+    keys = [content_key(ex.get("question"), ex.get("answer")) for ex in examples]
+    wanted = [record_key(k, e) for k in keys for e in range(spec.epochs)]
+    items = [stored[k] for k in wanted if k in stored]
+    if spec.judge is None:  # a verdict stays in the store, out of a run without a judge
+        items = [replace(i, judge=None, judge_usage={}) if i.judge is not None else i for i in items]
+    if len(items) < len(wanted):
+        out.missing.setdefault(d.name, {})[m.label] = len(wanted) - len(items)
+        logger.warning(
+            "%s on %s: %d of %d record(s) are not stored (the run did not finish them): its numbers are over "
+            "the %d stored; run `dspy-for compare` on the config to finish it",
+            m.label,
+            d.name,
+            len(wanted) - len(items),
+            len(wanted),
+            len(items),
+        )
+    cached = items_dir / d.name / d.split / f"{m.label}.{key}.compiled.json"
+    kind = str((m.compile or {}).get("kind", ""))
+    compiled = CompileCost.load(cached, kind) if m.compile and cached.is_file() else None
+    lms, prices = _role_lms(spec, m)
+    out.results[d.name][m.label] = MethodResult(
+        label=m.label,
+        items=items,
+        wall_time=0.0,
+        reused_time=sum(i.wall_time for i in items),  # every record is reused: each keeps the time it took
+        reducer=spec.reducer,
+        compile=compiled,
+        lms=lms,
+        prices=prices,
+    )
+
+
+def read_records(path: Path) -> dict[str, ItemResult]:
+    """Every record of a results file by record key, the last one of a key counting (a failed item a later run
+    finished is finished); the file is only read (a torn last line, left by a killed run, is skipped)."""
+    out: dict[str, ItemResult] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            item = ItemResult.from_json(line)
+        except (json.JSONDecodeError, TypeError):
+            continue
+        out[item.key] = item
+    return out
+
+
+def _role_lms(spec: ExperimentSpec, m: MethodConfig) -> tuple[dict[str, str], dict[str, Price]]:
+    """Each role's LM name (the ``model`` the built LM would have) and declared price, from the config alone."""
+    lms: dict[str, str] = {}
+    prices: dict[str, Price] = {}
+    for r in get_method(m.name).roles:
+        lm = spec.lm_for(r, m.role_lms)
+        options = spec.lm_options_for(r)
+        if isinstance(lm, dspy.BaseLM):
+            lms[r] = str(getattr(lm, "model", None) or type(lm).__name__)
+            price = getattr(lm, PRICE_ATTR, None)
+        elif lm.startswith(LOCAL_PREFIX):
+            from dspy_for.lm.server import alias_for  # a local model's served name: its alias, no server started
+
+            lms[r] = f"hosted_vllm/{alias_for(lm[len(LOCAL_PREFIX) :], bool(options.get('prompt_cache')))}"
+            price = parse_price(options["price"]) if "price" in options else LOCAL_PRICE
+        else:
+            lms[r] = lm
+            price = parse_price(options["price"]) if "price" in options else None
+        if isinstance(price, Price):
+            prices[r] = price
+    return lms, prices
