@@ -28,6 +28,7 @@ from dspy_for.cli_common import (
     run_overrides,
     show_progress,
 )
+from dspy_for.cli_export import export
 from dspy_for.cli_models import models_app, serve
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
@@ -51,6 +52,7 @@ app = typer.Typer(
     help="FOR-Prompting and ProRefine as DSPy modules, compared in tracked experiments.",
 )
 app.command()(serve)
+app.command()(export)
 app.add_typer(models_app, name="models")
 
 

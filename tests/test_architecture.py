@@ -39,6 +39,7 @@ FLOORS: dict[str, int] = {
     "dspy_for.render": 10,
     "dspy_for.cli_common": 10,
     "dspy_for.cli_models": 10,
+    "dspy_for.cli_export": 10,
     "dspy_for.cli": 11,
     "dspy_for": 12,  # the package's face
 }

@@ -6,8 +6,9 @@ here, imported lazily).
 ``dspy-for compare``, ``dspy-for sweep`` and ``dspy-for advise``; ``load_results(config)`` rebuilds a comparison's
 result from its stored records (no LM call; ``dspy-for export``), and every result has ``to_pandas(level=...)``.
 All three — and ``ask``, the sweep's final test and the measurement scripts — prepare each method with
-:func:`prepare_run` and stream its items through the run core (:func:`evaluate` / :class:`Evaluation`), whose records land in sinks as they finish; :func:`summarize`
-is the one record-to-summary function every table, MLflow run and sweep objective reads.
+:func:`prepare_run` and stream its items through the run core (:func:`evaluate` / :class:`Evaluation`), whose
+records land in sinks as they finish; :func:`summarize` is the one record-to-summary function every table, MLflow
+run and sweep objective reads.
 
 What they return shares one shape (:class:`RunOutcome`: items scored, failed, unparsed, what was spent, whether
 ``max_cost`` stopped it, ok). Layout: :mod:`.spec` (the typed run specification, config parsing and the run

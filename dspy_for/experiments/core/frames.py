@@ -99,8 +99,8 @@ def check_level(kind: str, level: str) -> None:
     if level not in levels:
         extra = " (a sweep keeps no item records)" if kind == "sweep" else ""
         raise ConfigError(
-            f"`level` must be one of {', '.join(levels)} for a {kind}{extra}, got {level!r}: "
-            f"pass level={levels[0]!r}" + (f" or {levels[1]!r}" if len(levels) > 1 else "") + "."
+            f"`level` must be one of {', '.join(levels)} for a {kind}{extra}, got {level!r}: pass one of them "
+            f"(to_pandas(level={levels[-1]!r}), `--level {levels[-1]}`)."
         )
 
 
