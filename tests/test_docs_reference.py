@@ -7,7 +7,7 @@ read from the code itself: the declared run settings (their table is exactly the
 other fields of the spec dataclasses (``ExperimentSpec``, ``DatasetConfig``, ``MethodConfig``, ``JudgeConfig``,
 ``SweepSpec``), the parameters of ``advise()``, the LM options ``make_lm`` and the transport take, the keys the
 compile step and the search space read, the registered methods with their options, and the flags of ``compare``,
-``sweep``, ``advise`` and ``ask`` (those of the run settings in their own table). A key in the code but not in the
+``sweep``, ``advise``, ``ask`` and ``export`` (those of the run settings in their own table). A key in the code but not in the
 reference fails, and so does a key in the reference the code does not have, or a default that differs.
 
 The README's Python example is run too (offline, a scripted LM) and must print what the README shows beside it.
@@ -274,7 +274,7 @@ def test_lm_options_and_defaults() -> None:
     check_section("lm_options", lm_option_defaults())
 
 
-@pytest.mark.parametrize("command", ["compare", "sweep", "advise", "ask"])
+@pytest.mark.parametrize("command", ["compare", "sweep", "advise", "ask", "export"])
 def test_every_flag(command: str) -> None:
     check_section(f"flags.{command}", dict.fromkeys(cli_flags(command)), defaults=False)
 

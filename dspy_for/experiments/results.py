@@ -44,7 +44,15 @@ from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["FORMATS", "check_export", "export_results", "load_results", "read_records", "write_frame"]
+__all__ = [
+    "FORMATS",
+    "check_export",
+    "export_results",
+    "items_dir_of",
+    "load_results",
+    "read_records",
+    "write_frame",
+]
 
 #: the file formats ``export`` writes, by suffix
 FORMATS = (".csv", ".parquet", ".jsonl")
@@ -64,12 +72,7 @@ def load_results(
     its tracking store); ``overrides`` (or keyword arguments, as for ``compare``: ``first=10``, ...) apply first.
     A directory without any record of the config is a :class:`~dspy_for.errors.ConfigError` naming the fix."""
     spec = load_spec(config, overrides, **kwargs)
-    items_dir = Path(results_dir) if results_dir is not None else spec.items_dir(tracking_root(spec.tracking_uri))
-    if not items_dir.is_dir():
-        raise ConfigError(
-            f"No results directory {items_dir}: pass the results directory the comparison used (`--results-dir`, "
-            "the config's `results_dir`), or run `dspy-for compare` on this config first."
-        )
+    items_dir = items_dir_of(spec, results_dir)
     out = ComparisonResult(spec=spec)
     for d in spec.datasets:
         out.results[d.name], out.errors[d.name] = {}, {}
@@ -88,6 +91,18 @@ def load_results(
     out.cells = summary_cells(out)
     out.breakeven = breakeven_of(out)
     return out
+
+
+def items_dir_of(spec: ExperimentSpec, results_dir: str | Path | None = None) -> Path:
+    """Where ``spec``'s records are kept: ``results_dir``, else the spec's ``results_dir``, else ``compare/items``
+    beside its tracking store (found, nothing created); a directory that is not there fails, naming the fix."""
+    items_dir = Path(results_dir) if results_dir is not None else spec.items_dir(tracking_root(spec.tracking_uri))
+    if not items_dir.is_dir():
+        raise ConfigError(
+            f"No results directory {items_dir}: pass the results directory the comparison used (`--results-dir`, "
+            "the config's `results_dir`), or run `dspy-for compare` on this config first."
+        )
+    return items_dir
 
 
 def _load_method(

@@ -4,6 +4,8 @@ from the typed results the printed tables read, with one flattening rule for per
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import dspy
@@ -132,6 +134,8 @@ def test_an_advices_candidates_records_and_pairs(result):
     pairs = advice.to_pandas(level="pairs")
     assert pairs[["method", "baseline", "paired_n", "resolved"]].values.tolist() == [["cot", "for_n1", 4, False]]
     assert "<td>recommended</td>" in advice._repr_html_()
+    documented = _documented("frame.candidates")
+    assert [c for c in cells.columns if not _covered(c, documented)] == []
 
 
 def test_a_sweeps_trials_with_each_option_as_a_column():
@@ -148,5 +152,48 @@ def test_a_sweeps_trials_with_each_option_as_a_column():
         [0, "COMPLETE", 0.5, 1, 100.0],
         [1, "COMPLETE", 0.75, 3, 300.0],
     ]
+    assert [c for c in trials.columns if not _covered(c, _documented("frame.trials"))] == []
     with pytest.raises(ConfigError, match="a sweep keeps no item records"):
         sweep_frame(result, level="items")
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
+
+
+def _documented(marker: str) -> list[str]:
+    """The columns docs/reference.md lists after ``<!-- reference: marker -->``, in order."""
+    lines = REFERENCE.read_text(encoding="utf-8").splitlines()
+    start = lines.index(f"<!-- reference: {marker} -->")
+    rows = []
+    for line in lines[start + 3 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(re.match(r"\|\s*`([^`]+)`", line).group(1))
+    return rows
+
+
+def _covered(column: str, documented: list[str]) -> bool:
+    patterns = [re.escape(d).replace(r"\<", "<").replace(r"\>", ">") for d in documented]
+    return any(re.fullmatch(re.sub(r"<[^>]+>", ".+", p), column) for p in patterns)
+
+
+@pytest.mark.parametrize(
+    ("marker", "fixed"), [("frame.items", ITEM_COLUMNS), ("frame.cells", CELL_COLUMNS), ("frame.pairs", PAIR_COLUMNS)]
+)
+def test_the_reference_lists_the_fixed_columns_in_order(marker, fixed):
+    concrete = [c for c in _documented(marker) if "<" not in c]  # per-key rows (`tokens.<role>`) sit by their total
+    assert concrete[: len(fixed)] == fixed
+
+
+def test_the_reference_lists_every_column_a_frame_has(result):
+    frames = {
+        "frame.items": result.to_pandas(),
+        "frame.cells": result.to_pandas(level="cells"),
+        "frame.pairs": result.to_pandas(level="pairs"),
+    }
+    for marker, frame in frames.items():
+        documented = _documented(marker)
+        missing = [c for c in frame.columns if not _covered(c, documented)]
+        assert not missing, f"docs/reference.md [{marker}] does not list {missing}"
+    assert _covered("tokens_per_item.defender", _documented("frame.cells"))
+    assert not _covered("tokens_per_items", _documented("frame.cells"))  # the check can fail
