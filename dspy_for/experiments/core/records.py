@@ -360,7 +360,8 @@ class ComparisonResult(Outcome):
 
     @property
     def rows(self) -> list[dict[str, Any]]:
-        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`), as ``summary.jsonl`` has them."""
+        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`), as ``summary.jsonl`` has
+        them."""
         return [c.row() for c in self.cells]
 
     @property
