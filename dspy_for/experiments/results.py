@@ -10,7 +10,9 @@ the key worked out from the config as the run works it out, without an LM) and m
 content, in the dataset's order; a record stored more than once counts as its last (a failed item that a later run
 finished counts as finished). What a loaded result cannot know is said, never made up: its wall times are the
 records' own (the run's wall clock is not stored), a method with no stored records is a cell that could not run,
-and a cell with records missing for some items counts them in ``missing``.
+and a cell with records missing for some items counts them in ``missing`` (a sequential comparison, which stops
+early by design, counts none: its cells are over the records stored; its anytime-valid pairs come back with a
+``run_id``, from the run's ``sequential.jsonl``, not from a config).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dspy_for.experiments.reports.compiled import breakeven_of
 from dspy_for.experiments.reports.table import summary_cells
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides
+from dspy_for.experiments.spec.model import JudgeConfig
 from dspy_for.experiments.tracking.store import tracking_root
 from dspy_for.lm.options import LOCAL_PREFIX
 from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
@@ -64,16 +67,26 @@ def load_results(
     config: ExperimentSpec | str | Path | None = None,
     results_dir: str | Path | None = None,
     *,
+    run_id: str | None = None,
     overrides: Overrides | None = None,
     **kwargs: Any,
 ) -> ComparisonResult:
     """The comparison ``config`` describes, rebuilt from its stored records (see the module docstring).
     ``results_dir``: where the run kept them (default: the config's ``results_dir``, else ``compare/items`` beside
     its tracking store); ``overrides`` (or keyword arguments, as for ``compare``: ``first=10``, ...) apply first.
+    ``run_id`` (instead of ``config``): a comparison's MLflow parent run, whose logged spec stands for the config
+    (its store: ``tracking_uri=``, else the default one); its sequential pairs and run id come back with it.
     A directory without any record of the config is a :class:`~dspy_for.errors.ConfigError` naming the fix."""
+    mlflow_client: Any = None
+    if run_id is not None:
+        if config is not None:
+            raise ConfigError("Give `load_results` a config or a `run_id`, not both.")
+        mlflow_client, config = _comparison_run(run_id, kwargs.get("tracking_uri"))
     spec = load_spec(config, overrides, **kwargs)
     items_dir = items_dir_of(spec, results_dir)
-    out = ComparisonResult(spec=spec)
+    out = ComparisonResult(spec=spec, run_id=run_id)
+    if mlflow_client is not None and run_id is not None:
+        out.sequential = _logged_rows(mlflow_client, run_id, "sequential.jsonl")
     for d in spec.datasets:
         out.results[d.name], out.errors[d.name] = {}, {}
         examples = load_examples(d)
@@ -124,7 +137,7 @@ def _load_method(
     items = [stored[k] for k in wanted if k in stored]
     if spec.judge is None:  # a verdict stays in the store, out of a run without a judge
         items = [replace(i, judge=None, judge_usage={}) if i.judge is not None else i for i in items]
-    if len(items) < len(wanted):
+    if len(items) < len(wanted) and not spec.sequential:  # a sequential comparison stops early by design
         out.missing.setdefault(d.name, {})[m.label] = len(wanted) - len(items)
         logger.warning(
             "%s on %s: %d of %d record(s) are not stored (the run did not finish them): its numbers are over "
@@ -253,3 +266,70 @@ def export_results(
     frame = load_results(config, results_dir, overrides=overrides, **kwargs).to_pandas(level=level)
     write_frame(frame, to)
     return frame
+
+
+# ------------------------------------------------------------------------------------------------ a run id
+
+
+def _comparison_run(run_id: str, tracking_uri: str | None) -> tuple[Any, ExperimentSpec]:
+    """An MLflow client of the store of ``run_id`` (a comparison's parent run) and the spec it logged (its
+    ``spec.*`` params)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from dspy_for.experiments.tracking.store import default_tracking_uri
+
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :].split("?", 1)[0]).is_file():
+        raise ConfigError(f"No MLflow store at {uri}: pass the `tracking_uri` the comparison logged to.")
+    client = MlflowClient(uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise ConfigError(f"No MLflow run {run_id!r} in {uri}: pass a comparison's parent run id.") from None
+    kind = run.data.tags.get("dspy_for.kind")
+    if kind != "comparison":
+        raise ConfigError(
+            f"MLflow run {run_id} is not a comparison's parent run (its kind: {kind or 'none'}): pass the run "
+            "`dspy-for compare` printed, or the comparison's config."
+        )
+    return client, _logged_spec(run_id, run.data.params)
+
+
+def _logged_spec(run_id: str, params: dict[str, str]) -> ExperimentSpec:
+    """The spec a comparison logged as ``spec.*`` params (flattened, each value JSON unless it was text)."""
+    data: dict[str, Any] = {}
+    for key, text in params.items():
+        if not key.startswith("spec.") or key == "spec.time":
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        *parents, leaf = key[len("spec.") :].split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    where = f"MLflow run {run_id}"
+    if not isinstance(data.get("datasets"), list) or not isinstance(data.get("methods"), list):
+        raise ConfigError(f"{where} has no readable spec (its params were cut short): load it with its config.")
+    if any(isinstance(v, dict) for v in [data.get("lm"), *(data.get("role_lms") or {}).values()]):
+        raise ConfigError(f"{where} ran with an LM object, not a model string: load it with its spec (Python).")
+    try:
+        return ExperimentSpec(
+            datasets=[DatasetConfig(**d) for d in data.pop("datasets")],
+            methods=[MethodConfig(**m) for m in data.pop("methods")],
+            judge=JudgeConfig(**j) if (j := data.pop("judge", None)) else None,
+            **{k: v for k, v in data.items() if v is not None},
+        )
+    except TypeError as exc:
+        raise ConfigError(f"{where}: its logged spec is not one this version reads ({exc}); use its config.") from None
+
+
+def _logged_rows(client: Any, run_id: str, name: str) -> list[dict[str, Any]]:
+    """The rows of a JSONL table logged on ``run_id`` (none when it has no such artifact)."""
+    if name not in {a.path for a in client.list_artifacts(run_id)}:
+        return []
+    text = Path(client.download_artifacts(run_id, name)).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -158,3 +158,27 @@ def test_a_failed_write_leaves_no_partial_file_and_the_old_one_as_it_was(tmp_pat
     with pytest.raises(OSError, match="disk full"):
         write_frame(pd.DataFrame({"a": [1]}), target)
     assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+def test_a_comparisons_run_id_stands_for_its_config(scripted, tmp_path, monkeypatch):
+    config = _config(tmp_path)
+    live = compare(config)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    monkeypatch.setattr(prepare_mod, "make_lm", _no_lm)
+    loaded = load_results(run_id=live.run_id, tracking_uri=uri)
+    assert loaded.run_id == live.run_id and loaded.spec.fingerprint() == live.spec.fingerprint()
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in WALL} for r in rows]  # noqa: E731
+    assert strip(loaded.rows) == strip(live.rows)
+    with pytest.raises(ConfigError, match="No MLflow run 'nope'"):
+        load_results(run_id="nope", tracking_uri=uri)
+    from mlflow.tracking import MlflowClient
+
+    child = next(
+        r.info.run_id
+        for r in MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("load").experiment_id])
+        if r.data.tags.get("mlflow.parentRunId") == live.run_id
+    )
+    with pytest.raises(ConfigError, match="is not a comparison's parent run"):
+        load_results(run_id=child, tracking_uri=uri)
+    with pytest.raises(ConfigError, match="No MLflow store"):
+        load_results(run_id=live.run_id, tracking_uri=f"sqlite:///{tmp_path}/elsewhere.db")
