@@ -21,6 +21,8 @@ def _outputs(cell: nbformat.NotebookNode, mime: str) -> str:
 def test_the_tutorial_runs_on_the_scripted_lm(tmp_path, monkeypatch):
     install(kernel_name=KERNEL, prefix=str(tmp_path / "jupyter"))  # this Python, whatever the machine's kernels
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter" / "share" / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # connection files: nothing in $HOME
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"

@@ -2,7 +2,7 @@
 :class:`~dspy_for.experiments.core.records.ComparisonResult` ``compare`` returned — the same cells, table and data
 frames — from its config and its results directory, with no LM built or called and no item run::
 
-    result = load_results("experiments/smoke.toml")              # the config's `results_dir`, else mlruns/
+    result = load_results("experiments/quickstart.toml")   # records in the config's `results_dir`, else mlruns/
     result.to_pandas(level="cells")
 
 Each method's records are found where ``compare`` keeps them (``<results_dir>/<dataset>/<split>/<label>.<key>.jsonl``,

@@ -88,7 +88,7 @@ PAIR_COLUMNS = [
 # fmt: on
 
 # Summary fields the cell frame shows otherwise (per role, flattened) or not at all (text kept in the table's notes)
-_CELL_SKIP = {"dataset", "split", "method", "tokens_per_item_by_role", "per_role", "errors", "priced_at"}
+_CELL_SKIP = {"dataset", "split", "method", "tokens_per_item_by_role", "per_role", "errors"}
 # Summary fields that hold a mapping or None (none: no column at all, as for an empty mapping)
 _MAPPINGS = {"compile", "spread", "judge", "stats"}
 
