@@ -182,3 +182,29 @@ def test_a_comparisons_run_id_stands_for_its_config(scripted, tmp_path, monkeypa
         load_results(run_id=child, tracking_uri=uri)
     with pytest.raises(ConfigError, match="No MLflow store"):
         load_results(run_id=live.run_id, tracking_uri=f"sqlite:///{tmp_path}/elsewhere.db")
+
+
+def test_a_compiled_methods_compile_cost_loads_back_as_reused(scripted, tmp_path, monkeypatch):
+    text = CONFIG.replace('name = "cot"\n', 'name = "cot"\ncompile = { kind = "bootstrap", trainset = "sample" }\n', 1)
+    config = _config(tmp_path, text)
+    live = compare(config)
+    monkeypatch.setattr(prepare_mod, "make_lm", _no_lm)
+    loaded = load_results(config)
+    first, again = live.results["gsm8k"]["cot"].compile, loaded.results["gsm8k"]["cot"].compile
+    assert first is not None and again is not None and not first.reused and again.reused
+    assert (again.kind, again.tokens, again.usage) == (first.kind, first.tokens, first.usage)
+    cells = loaded.to_pandas(level="cells").set_index("method")
+    assert cells.loc["cot", "compile.tokens"] == first.tokens and bool(cells.loc["cot", "compile.reused"])
+
+
+def test_a_matched_budgets_sized_method_is_found_as_compare_sized_it(scripted, tmp_path):
+    text = CONFIG.replace('baseline = "cot"', 'baseline = "cot"\nmatch_budget = true') + (
+        '[[methods]]\nname = "self_consistency"\n'
+    )
+    config = _config(tmp_path, text.replace("first = 4", "first = 2"))
+    live = compare(config)
+    loaded = load_results(config)
+    assert not loaded.errors["gsm8k"] and not loaded.missing
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in WALL} for r in rows]  # noqa: E731
+    assert strip(loaded.rows) == strip(live.rows)
+    assert loaded.results["gsm8k"]["self_consistency"].calls_per_item > 1  # sized to FOR's tokens, as it ran
