@@ -52,7 +52,6 @@ app = typer.Typer(
     help="FOR-Prompting and ProRefine as DSPy modules, compared in tracked experiments.",
 )
 app.command()(serve)
-app.command()(export)
 app.add_typer(models_app, name="models")
 
 
@@ -355,6 +354,9 @@ def ui(
         fail(exc)
         return
     raise typer.Exit(code)
+
+
+app.command()(export)  # dspy_for/cli_export.py: a comparison's stored results to a file
 
 
 def main() -> None:

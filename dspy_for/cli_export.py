@@ -56,8 +56,10 @@ def export(
     *,
     settings: dict[str, Any],
 ) -> None:
-    """Write a comparison's stored results (found from its config and flags, as `compare` finds them) to a file; no
-    LM is called and nothing is run. Give the same config and flags the comparison ran with."""
+    """Write a comparison's stored results to a CSV, Parquet or JSONL file; no LM is called, nothing is run.
+
+    Give the config and flags the comparison ran with: its records are found as `compare` finds them.
+    """
     overrides = replace(
         run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, settings),
         dataset=dataset,
