@@ -28,6 +28,7 @@ from dspy_for.cli_common import (
     run_overrides,
     show_progress,
 )
+from dspy_for.cli_export import export
 from dspy_for.cli_models import models_app, serve
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import DspyForError
@@ -353,6 +354,9 @@ def ui(
         fail(exc)
         return
     raise typer.Exit(code)
+
+
+app.command()(export)  # dspy_for/cli_export.py: a comparison's stored results to a file
 
 
 def main() -> None:

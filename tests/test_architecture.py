@@ -34,11 +34,13 @@ FLOORS: dict[str, int] = {
     "dspy_for.experiments.sequential": 8,
     "dspy_for.experiments.comparison": 8,
     "dspy_for.experiments.sweeps": 8,
+    "dspy_for.experiments.results": 8,
     "dspy_for.experiments.advisor": 9,
     "dspy_for.experiments": 10,  # the package's face: re-exports only
     "dspy_for.render": 11,
     "dspy_for.cli_common": 11,
     "dspy_for.cli_models": 11,
+    "dspy_for.cli_export": 11,
     "dspy_for.cli": 12,
     "dspy_for": 13,  # the package's face
 }

@@ -8,7 +8,8 @@ kept. Each runs through the real Typer app (:data:`dspy_for.cli.app`); the libra
 real up to its first step past validation, where a stand-in stops it: ``compare`` at tracking set-up (after
 :func:`~dspy_for.experiments.spec.config.load_spec`), ``sweep`` at opening the study (after
 :func:`~dspy_for.experiments.sweeps.spec.load_sweep_spec` and its own checks), ``advise`` at loading the items,
-``ask`` at building the LMs; ``models``, ``serve`` and ``ui`` parse their flags only. No LM is called, no server
+``ask`` at building the LMs, ``export`` at finding the results directory (after the config, ``--to`` and
+``--level`` are checked); ``models``, ``serve`` and ``ui`` parse their flags only. No LM is called, no server
 started, nothing downloaded, no dataset read (placeholder data directories such as ``DATA_DIR`` are never
 opened; a placeholder ``--data FILE.jsonl`` or ``--train FILE.jsonl`` that does not exist is replaced by a two-line
 file of that name).
@@ -236,6 +237,7 @@ def validate_only(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(mod("dspy_for.experiments.sweeps.sweep"), "open_study", _stand_in(reached, "sweep"))
     monkeypatch.setattr(mod("dspy_for.experiments.advisor.driver"), "load_examples", _stand_in(reached, "advise"))
     monkeypatch.setattr(mod("dspy_for.experiments.core.prepare"), "build_lms", _stand_in(reached, "ask"))
+    monkeypatch.setattr(mod("dspy_for.experiments.results"), "items_dir_of", _stand_in(reached, "export"))
     # the commands that only parse their flags here (and name a model of the registry)
     monkeypatch.setattr(cli, "serve_ui", _stand_in(reached, "ui"))
     monkeypatch.setattr(cli_models, "serve_forever", _stand_in(reached, "serve", check=get_model))

@@ -7,7 +7,7 @@ read from the code itself: the declared run settings (their table is exactly the
 other fields of the spec dataclasses (``ExperimentSpec``, ``DatasetConfig``, ``MethodConfig``, ``JudgeConfig``,
 ``SweepSpec``), the parameters of ``advise()``, the LM options ``make_lm`` and the transport take, the keys the
 compile step and the search space read, the registered methods with their options, and the flags of ``compare``,
-``sweep``, ``advise`` and ``ask`` (those of the run settings in their own table). A key in the code but not in the
+``sweep``, ``advise``, ``ask`` and ``export`` (those of the run settings in their own table). A key in the code but not in the
 reference fails, and so does a key in the reference the code does not have, or a default that differs.
 
 The README's Python example is run too (offline, a scripted LM) and must print what the README shows beside it.
@@ -15,7 +15,6 @@ The README's Python example is run too (offline, a scripted LM) and must print w
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import inspect
 import re
@@ -30,7 +29,6 @@ import pytest
 import typer
 
 import dspy_for.cli as cli
-import dspy_for.experiments.core.compile_step as compile_step
 import dspy_for.experiments.sweeps.search_space as search_space
 import dspy_for.lm.options as lm_options
 from dspy_for.experiments.advisor.driver import advise
@@ -167,13 +165,16 @@ def sweep_dataset_defaults(tmp_path: Path) -> dict[str, Any]:
 
 
 def compile_keys() -> dict[str, Any]:
-    """The keys the compile step reads from a method's ``compile`` table, with the defaults it pops them with."""
-    source = inspect.getsource(compile_step.compile_for_run)
-    keys: dict[str, Any] = {"kind": REQUIRED}
-    for key, default in re.findall(r'cfg\.pop\("(\w+)"(?:, ([^)]*))?\)', source):
-        if key != "kind":
-            keys[key] = ast.literal_eval(default) if default else None  # the literal the code pops it with
-    return keys
+    """The keys of a method's ``compile`` table (the fields of the typed spec it is parsed into, but the optimizer's
+    own options), with the defaults the parse gives a table that names only its kind (one that validates)."""
+    from dataclasses import fields
+
+    from dspy_for.experiments.methods import check_compile
+
+    parsed = check_compile("cot", {}, {"kind": "textgrad"})
+    assert parsed is not None
+    keys: dict[str, Any] = {f.name: getattr(parsed, f.name) for f in fields(parsed) if f.name != "options"}
+    return {**keys, "kind": REQUIRED}
 
 
 def search_keys() -> set[str]:
@@ -274,7 +275,7 @@ def test_lm_options_and_defaults() -> None:
     check_section("lm_options", lm_option_defaults())
 
 
-@pytest.mark.parametrize("command", ["compare", "sweep", "advise", "ask"])
+@pytest.mark.parametrize("command", ["compare", "sweep", "advise", "ask", "export"])
 def test_every_flag(command: str) -> None:
     check_section(f"flags.{command}", dict.fromkeys(cli_flags(command)), defaults=False)
 

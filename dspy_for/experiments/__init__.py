@@ -3,10 +3,12 @@ here, imported lazily).
 
 ``dspy_for.experiments.compare(config, **overrides)``, ``dspy_for.experiments.sweep(config, **overrides)`` and
 ``dspy_for.experiments.advise(lm=..., budget=..., dataset=... | data=...)`` are the library calls behind
-``dspy-for compare``, ``dspy-for sweep`` and ``dspy-for advise``. All three — and ``ask``, the sweep's final
-test and the measurement scripts — prepare each method with :func:`prepare_run` and stream its items through the
-run core (:func:`evaluate` / :class:`Evaluation`), whose records land in sinks as they finish; :func:`summarize`
-is the one record-to-summary function every table, MLflow run and sweep objective reads.
+``dspy-for compare``, ``dspy-for sweep`` and ``dspy-for advise``; ``load_results(config)`` rebuilds a comparison's
+result from its stored records (no LM call; ``dspy-for export``), and every result has ``to_pandas(level=...)``.
+All three — and ``ask``, the sweep's final test and the measurement scripts — prepare each method with
+:func:`prepare_run` and stream its items through the run core (:func:`evaluate` / :class:`Evaluation`), whose
+records land in sinks as they finish; :func:`summarize` is the one record-to-summary function every table, MLflow
+run and sweep objective reads.
 
 What they return shares one shape (:class:`RunOutcome`: items scored, failed, unparsed, what was spent, whether
 ``max_cost`` stopped it, ok). Layout: :mod:`.spec` (the typed run specification, config parsing and the run
@@ -34,6 +36,7 @@ from dspy_for.experiments.core import (
 from dspy_for.experiments.core.outcome import RunOutcome
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.methods import MethodEntry, build_method, get_method, list_methods, register_method
+from dspy_for.experiments.results import load_results
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_spec
 from dspy_for.experiments.sweeps import SweepResult, SweepSpec, load_sweep_spec, sweep
 
@@ -61,6 +64,7 @@ __all__ = [
     "get_method",
     "list_methods",
     "load_examples",
+    "load_results",
     "load_spec",
     "load_sweep_spec",
     "prepare_run",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dspy_for.experiments.core import MethodResult, with_options
-from dspy_for.experiments.core.records import ComparisonResult
+from dspy_for.experiments.core.outcome import ComparisonResult
 from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.reports.compiled import breakeven_of
@@ -25,7 +25,7 @@ from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfi
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.tracking import store
 
-__all__ = ["ComparisonResult", "compare"]
+__all__ = ["ComparisonResult", "compare", "matched_budget", "phases"]
 
 logger = logging.getLogger("dspy_for.compare")
 
@@ -55,7 +55,7 @@ def compare(
                 _run_sequential(session, out, d)
         else:
             examples: dict[str, Any] = {}
-            for phase in _phases(spec):
+            for phase in phases(spec):
                 _run_together(session, out, phase, examples)
         _report(session, out)
     return out
@@ -86,7 +86,7 @@ def _plots(out: ComparisonResult, parent: str, run_dir: Path) -> None:
         out.plots.append(path)
 
 
-def _phases(spec: ExperimentSpec) -> list[list[MethodConfig]]:
+def phases(spec: ExperimentSpec) -> list[list[MethodConfig]]:
     """The methods in the order they can run: all at once, or, when budgets are matched, the methods a budget sizes
     (their registry entry's ``sized``) after the others, whose measured cost sizes them."""
     if not spec.match_budget:
@@ -95,7 +95,7 @@ def _phases(spec: ExperimentSpec) -> list[list[MethodConfig]]:
     return [[m for m in spec.methods if m not in sized], sized]
 
 
-def _matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: MethodConfig) -> dict[str, Any]:
+def matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: MethodConfig) -> dict[str, Any]:
     """``m``'s options with its sized option (its registry entry's ``sized``: k samples, N attempts; a cap where the
     method stops early) set to spend about the budget reference's measured tokens per item (the run's first method
     whose entry is one) in calls of CoT's measured tokens per item, by the one budget sizer
@@ -153,7 +153,7 @@ def _run_together(
     for d in spec.datasets:
         for m in methods:
             if spec.match_budget and get_method(m.name).sized is not None:
-                m = with_options(m, _matched_budget(spec, out.results[d.name], m))
+                m = with_options(m, matched_budget(spec, out.results[d.name], m))
             cell = session.open(d, m, examples.get(d.name))
             if cell is not None:
                 cells.append(cell)

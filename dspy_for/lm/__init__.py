@@ -16,7 +16,7 @@ from dspy_for.lm.factory import (
     resolve_lm,
     with_transport,
 )
-from dspy_for.lm.server import model_label
+from dspy_for.lm.labels import model_label
 from dspy_for.lm.usage import CallRecord, Usage, current_role, role, track_usage
 
 __all__ = [

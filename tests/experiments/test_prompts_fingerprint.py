@@ -262,7 +262,7 @@ COMMITTED_MATCHED = {
 
 @pytest.mark.parametrize(("label", "first"), list(COMMITTED_MATCHED))
 def test_committed_matched_budget_baselines_are_found_by_the_run_path(label, first):
-    from dspy_for.experiments.comparison import _matched_budget
+    from dspy_for.experiments.comparison import matched_budget
     from dspy_for.experiments.core import MethodResult, ResultStore, with_options
     from dspy_for.experiments.spec.config import load_spec
 
@@ -279,7 +279,7 @@ def test_committed_matched_budget_baselines_are_found_by_the_run_path(label, fir
 
     done = {x.label: MethodResult(x.label, first_items(x)) for x in spec.methods if x.label in ("for_n1_host", "cot")}
     m = next(x for x in spec.methods if x.label == label)
-    sized = with_options(m, _matched_budget(spec, done, m))
+    sized = with_options(m, matched_budget(spec, done, m))
     assert _run_key(spec, d, sized) == COMMITTED_MATCHED[(label, first)]
     first_items(sized)
 

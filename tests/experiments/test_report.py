@@ -119,7 +119,8 @@ def test_frontier_plot_names_every_scored_method_in_a_legend_beside_the_axes():
 def test_the_compare_report_gives_a_methods_declared_diagnostics():
     """What for_measure.py printed beside the table: a FOR run's debate diagnostics, declared by its registry entry,
     are in its summary row and under the table; a method without any has none."""
-    from dspy_for.experiments.core.records import ComparisonResult, ItemResult, MethodResult
+    from dspy_for.experiments.core.outcome import ComparisonResult
+    from dspy_for.experiments.core.records import ItemResult, MethodResult
     from dspy_for.experiments.reports.table import detail_lines, summary_cells
     from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig
 

@@ -132,3 +132,27 @@ def test_the_paired_pruner_stops_a_trial_resolved_worse_than_the_best(install_sc
     assert by_method["cot"].state.name == "COMPLETE"
     assert by_method["single"].state.name == "PRUNED"
     assert by_method["single"].user_attrs["n_items"] < 40  # stopped once resolved worse, not at the end
+
+
+def test_a_sequential_comparison_loads_back_with_its_pairs(install_scripted_lm, tmp_path: Path):
+    """From its run id: the same cells (none counted missing: it stopped early by design) and its anytime-valid
+    pairs, as the pair frame's rows."""
+    from dspy_for.experiments import load_results
+
+    lm = install_scripted_lm(cot_right_single_wrong)
+    lm.model = "openai/fake-model"  # the name the config's LM has (make_lm is replaced by this one LM)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    live = compare(_write(tmp_path), tracking_uri=uri)
+    loaded = load_results(run_id=live.run_id, tracking_uri=uri)
+    wall = ("wall_time", "reused_time")
+    assert [{k: v for k, v in r.items() if k not in wall} for r in loaded.rows] == [
+        {k: v for k, v in r.items() if k not in wall} for r in live.rows
+    ]
+    assert loaded.sequential == live.sequential and not loaded.missing
+    pairs = loaded.to_pandas(level="pairs")
+    seq = pairs[pairs["paired_test"] == "sequential_binary"]
+    assert seq[["method", "baseline", "resolved", "stopped_at"]].values.tolist() == [
+        ["cot", "single", True, live.sequential[0]["stopped_at"]]
+    ]
+    from_config = load_results(_write(tmp_path), tracking_uri=uri)
+    assert not from_config.missing and not from_config.sequential  # its pairs come back with the run id only

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from dspy_for.cli import app
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import advise
-from dspy_for.experiments.core.records import ComparisonResult, ItemResult, MethodResult
+from dspy_for.experiments.core.outcome import ComparisonResult
+from dspy_for.experiments.core.records import ItemResult, MethodResult
 from dspy_for.experiments.core.spend import SpendLimit, money
 from dspy_for.experiments.reports.table import summary_cells, table_text
 from dspy_for.experiments.spec.config import load_spec

@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments.core import MethodResult, SpendLimit
-from dspy_for.experiments.core.records import Outcome
+from dspy_for.experiments.core.outcome import Outcome
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.stats import SequentialResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Advice", "CandidateOutcome", "CandidatePair", "dollars_per_item", "flipped"]
 
@@ -161,6 +164,19 @@ class Advice(Outcome):
 
     def method_results(self) -> list[MethodResult]:
         return [c.result for c in self.candidates if c.result is not None]
+
+    def to_pandas(self, level: str = "cells") -> pd.DataFrame:
+        """The advice as a pandas data frame: ``cells`` (one row per candidate), ``items`` (the candidates' records)
+        or ``pairs`` (each candidate pair's test); see :mod:`~dspy_for.experiments.core.frames`."""
+        from dspy_for.experiments.core.frames import advice_frame
+
+        return advice_frame(self, level)
+
+    def _repr_html_(self) -> str:
+        """The candidates in a notebook, as an HTML table."""
+        from dspy_for.experiments.core.frames_html import advice_html
+
+        return advice_html(self)
 
     @property
     def could_not_run(self) -> dict[str, str]:

@@ -19,11 +19,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.datasets import content_key
-from dspy_for.experiments.spec.model import ExperimentSpec
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.lm.usage import Usage
 from dspy_for.secrets import needs_redaction, redact, redact_obj
@@ -31,11 +29,9 @@ from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epoc
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core.compile_step import CompileCost
-    from dspy_for.experiments.core.spend import SpendLimit
-    from dspy_for.experiments.core.summary import Cell
     from dspy_for.lm.pricing import Price
 
-__all__ = ["ComparisonResult", "ItemResult", "MethodResult", "Outcome", "record_key"]
+__all__ = ["ItemResult", "MethodResult", "record_key"]
 
 
 @dataclass
@@ -307,78 +303,3 @@ def _merged(usages: Iterable[dict[str, dict[str, float]]]) -> Usage:
     for usage in usages:
         total.merge(Usage.from_dict(usage))
     return total
-
-
-class Outcome:
-    """What the outcome of ``compare`` and of ``advise`` count alike over their methods' records
-    (:meth:`method_results`): the items scored, failed and unparsed, each distinct error, and whether ``max_cost``
-    left items out (the shared part of :class:`~dspy_for.experiments.core.outcome.RunOutcome`)."""
-
-    spend: SpendLimit | None
-
-    def method_results(self) -> list[MethodResult]:
-        raise NotImplementedError
-
-    @property
-    def n_scored(self) -> int:
-        return sum(r.n_scored for r in self.method_results())
-
-    @property
-    def n_failed(self) -> int:
-        return sum(r.n_failed for r in self.method_results())
-
-    @property
-    def n_unparsed(self) -> int:
-        return sum(r.n_unparsed for r in self.method_results())
-
-    @property
-    def stopped_by_cost(self) -> bool:
-        """``max_cost`` was reached with items left out (a later run resumes them)."""
-        return self.spend is not None and self.spend.stopped
-
-    def item_errors(self) -> Counter[str]:
-        """Each distinct item error (secrets masked) with how many items it failed."""
-        total: Counter[str] = Counter()
-        for r in self.method_results():
-            total.update(r.error_counts())
-        return total
-
-
-@dataclass
-class ComparisonResult(Outcome):
-    """What ``compare`` returns (a :class:`~dspy_for.experiments.core.outcome.RunOutcome`): every method's records
-    per dataset, methods that could not run, the summary rows, the MLflow parent run and the plots."""
-
-    spec: ExperimentSpec
-    results: dict[str, dict[str, MethodResult]] = field(default_factory=dict)  # dataset -> label -> result
-    errors: dict[str, dict[str, str]] = field(default_factory=dict)  # a method that could not run at all
-    #: one per method × dataset, in the spec's order, then the methods that could not run (set once the run is reported)
-    cells: list[Cell] = field(default_factory=list)
-    run_id: str | None = None
-    run_dir: Path | None = None
-    plots: list[Path] = field(default_factory=list)
-    sequential: list[dict[str, Any]] = field(default_factory=list)  # a sequential comparison's pairs (their rows)
-    spend: SpendLimit | None = None  # what the run spent, against its ``max_cost``
-    #: each compiled method's break-even volumes against its student and the most accurate uncompiled method
-    #: (:func:`~dspy_for.experiments.reports.breakeven.breakeven_rows`)
-    breakeven: list[dict[str, Any]] = field(default_factory=list)
-
-    def method_results(self) -> list[MethodResult]:
-        return [r for by_label in self.results.values() for r in by_label.values()]
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`): ``summary.jsonl``."""
-        return [c.row() for c in self.cells]
-
-    @property
-    def judge_errors(self) -> int:
-        return sum(r.judge_errors for r in self.method_results())
-
-    @property
-    def ok(self) -> bool:
-        """No failed item, no item the judge's LM failed on, no method that could not run and no item left out by
-        ``max_cost``: every number printed is a measured one, over every item asked for."""
-        return (
-            self.n_failed == 0 and self.judge_errors == 0 and not any(self.errors.values()) and not self.stopped_by_cost
-        )

@@ -13,7 +13,7 @@ from dspy_for.experiments.reports.breakeven import USD, breakeven_lines, breakev
 from dspy_for.lm import model_label
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.core.records import ComparisonResult
+    from dspy_for.experiments.core.outcome import ComparisonResult
 
 __all__ = [
     "breakeven_of",

@@ -9,7 +9,7 @@ from dspy_for.experiments.core.summary import JUDGE_SCORES
 from dspy_for.stats import format_p_value
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.core.records import ComparisonResult
+    from dspy_for.experiments.core.outcome import ComparisonResult
 
 __all__ = [
     "JUDGE_HEADER",

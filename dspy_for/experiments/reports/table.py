@@ -35,7 +35,7 @@ from dspy_for.metrics import metric_for
 from dspy_for.stats import format_p_value, mean_with_ci, smallest_resolvable_difference
 
 if TYPE_CHECKING:
-    from dspy_for.experiments.core.records import ComparisonResult
+    from dspy_for.experiments.core.outcome import ComparisonResult
 
 __all__ = [
     "COLUMNS",

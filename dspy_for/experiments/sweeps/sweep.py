@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError
@@ -35,6 +35,9 @@ from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 from dspy_for.experiments.sweeps.storage import make_storage, open_study, requeue_failed
 from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent
 from dspy_for.experiments.sweeps.workers import _worker_entry as _worker_entry  # re-exported for worker scripts
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "FinalTest",
@@ -102,6 +105,19 @@ class SweepResult:
         """No trial failed, ``max_cost`` did not stop it, and the final test (if any) had no failed item."""
         final_failed = self.final_test is not None and self.final_test.summary.failed
         return not self.counts.get("FAIL") and not self.stopped_by_cost and not final_failed
+
+    def to_pandas(self, level: str = "trials") -> pd.DataFrame:
+        """The sweep's trials as a pandas data frame, each trial's options as ``options.<name>`` columns (a sweep keeps
+        no item records: ``trials`` is its one level); see :mod:`~dspy_for.experiments.core.frames`."""
+        from dspy_for.experiments.core.frames import sweep_frame
+
+        return sweep_frame(self, level)
+
+    def _repr_html_(self) -> str:
+        """The trials in a notebook, as an HTML table."""
+        from dspy_for.experiments.core.frames_html import sweep_html
+
+        return sweep_html(self)
 
 
 def sweep(

@@ -48,6 +48,7 @@ __all__ = [
     "set_tags",
     "setup_tracking",
     "start_run",
+    "tracking_root",
 ]
 
 _MAX_PARAM = 6000
@@ -70,6 +71,13 @@ def default_tracking_uri(root: str | os.PathLike[str] = ".") -> str:
     return f"sqlite:///{Path(root, 'mlruns', 'mlflow.db').as_posix()}"
 
 
+def tracking_root(uri: str | None) -> Path:
+    """The directory beside the store ``uri`` (or $MLFLOW_TRACKING_URI, or the default store) where dspy-for keeps
+    its own files (``mlruns/`` by default); found, never created (:func:`setup_tracking` creates it)."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    return Path(uri[len("sqlite:///") :]).parent if uri.startswith("sqlite:///") else Path("mlruns")
+
+
 def setup_tracking(uri: str | None, experiment: str) -> Path:
     """Point MLflow at ``uri`` (or $MLFLOW_TRACKING_URI, or the default store) and experiment ``experiment``;
     return the directory beside the store where dspy-for keeps its own files (``mlruns/`` by default).
@@ -81,10 +89,8 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
     artifact_root = None
-    root = Path("mlruns")
+    root = tracking_root(uri)
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///") :])
-        root = db.parent
         artifact_root = (root / "artifacts").resolve().as_uri()
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".dspy_for_store.lock")):

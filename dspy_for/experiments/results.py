@@ -1,0 +1,336 @@
+"""Stored results loaded back: :func:`load_results` turns a comparison's stored records into the
+:class:`~dspy_for.experiments.core.outcome.ComparisonResult` ``compare`` returned — the same cells, table and data
+frames — from its config and its results directory, with no LM built or called and no item run::
+
+    result = load_results("experiments/quickstart.toml")   # records in the config's `results_dir`, else mlruns/
+    result.to_pandas(level="cells")
+
+Each method's records are found where ``compare`` keeps them (``<results_dir>/<dataset>/<split>/<label>.<key>.jsonl``,
+the key worked out from the config as the run works it out, without an LM) and matched to the config's items by
+content, in the dataset's order; a record stored more than once counts as its last (a failed item that a later run
+finished counts as finished). What a loaded result cannot know is said, never made up: its wall times are the
+records' own (the run's wall clock is not stored), a method with no stored records is a cell that could not run,
+and a cell with records missing for some items counts them in ``missing`` (a sequential comparison, which stops
+early by design, counts none: its cells are over the records stored; its anytime-valid pairs come back with a
+``run_id``, from the run's ``sequential.jsonl``, not from a config).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dspy
+
+from dspy_for.datasets import content_key
+from dspy_for.errors import ConfigError
+from dspy_for.experiments.comparison import matched_budget, phases  # the order and sizing compare uses
+from dspy_for.experiments.core import MethodResult, ResultStore, load_examples
+from dspy_for.experiments.core.compile_step import CompileCost
+from dspy_for.experiments.core.frames import check_level
+from dspy_for.experiments.core.outcome import ComparisonResult
+from dspy_for.experiments.core.prepare import result_key, with_options
+from dspy_for.experiments.core.records import ItemResult, record_key
+from dspy_for.experiments.methods import get_method
+from dspy_for.experiments.reports.compiled import breakeven_of
+from dspy_for.experiments.reports.table import summary_cells
+from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
+from dspy_for.experiments.spec.config import Overrides
+from dspy_for.experiments.spec.model import JudgeConfig
+from dspy_for.experiments.tracking.store import tracking_root
+from dspy_for.lm.options import LOCAL_PREFIX
+from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "FORMATS",
+    "check_export",
+    "export_results",
+    "items_dir_of",
+    "load_results",
+    "read_records",
+    "write_frame",
+]
+
+#: the file formats ``export`` writes, by suffix
+FORMATS = (".csv", ".parquet", ".jsonl")
+
+logger = logging.getLogger("dspy_for.experiments")
+
+
+def load_results(
+    config: ExperimentSpec | str | Path | None = None,
+    results_dir: str | Path | None = None,
+    *,
+    run_id: str | None = None,
+    overrides: Overrides | None = None,
+    **kwargs: Any,
+) -> ComparisonResult:
+    """The comparison ``config`` describes, rebuilt from its stored records (see the module docstring).
+    ``results_dir``: where the run kept them (default: the config's ``results_dir``, else ``compare/items`` beside
+    its tracking store); ``overrides`` (or keyword arguments, as for ``compare``: ``first=10``, ...) apply first.
+    ``run_id`` (instead of ``config``): a comparison's MLflow parent run, whose logged spec stands for the config
+    (its store: ``tracking_uri=``, else the default one); its sequential pairs and run id come back with it.
+    A directory without any record of the config is a :class:`~dspy_for.errors.ConfigError` naming the fix."""
+    mlflow_client: Any = None
+    if run_id is not None:
+        if config is not None:
+            raise ConfigError("Give `load_results` a config or a `run_id`, not both.")
+        mlflow_client, config = _comparison_run(run_id, kwargs.get("tracking_uri"))
+    spec = load_spec(config, overrides, **kwargs)
+    items_dir = items_dir_of(spec, results_dir)
+    out = ComparisonResult(spec=spec, run_id=run_id)
+    if mlflow_client is not None and run_id is not None:
+        out.sequential = _logged_rows(mlflow_client, run_id, "sequential.jsonl")
+    for d in spec.datasets:
+        out.results[d.name], out.errors[d.name] = {}, {}
+        examples = load_examples(d)
+        for phase in phases(spec):
+            for m in phase:
+                if spec.match_budget and get_method(m.name).sized is not None:
+                    m = with_options(m, matched_budget(spec, out.results[d.name], m))  # as compare sized it
+                _load_method(out, items_dir, d, m, examples)
+    if not any(out.results.values()):
+        raise ConfigError(
+            f"{items_dir} has no stored records for this config (its datasets, methods, LMs and options): pass the "
+            "results directory the comparison used (`--results-dir`) and the same config and flags it ran with, or "
+            "run `dspy-for compare` on it first."
+        )
+    out.cells = summary_cells(out)
+    out.breakeven = breakeven_of(out)
+    return out
+
+
+def items_dir_of(spec: ExperimentSpec, results_dir: str | Path | None = None) -> Path:
+    """Where ``spec``'s records are kept: ``results_dir``, else the spec's ``results_dir``, else ``compare/items``
+    beside its tracking store (found, nothing created); a directory that is not there fails, naming the fix."""
+    items_dir = Path(results_dir) if results_dir is not None else spec.items_dir(tracking_root(spec.tracking_uri))
+    if not items_dir.is_dir():
+        raise ConfigError(
+            f"No results directory {items_dir}: pass the results directory the comparison used (`--results-dir`, "
+            "the config's `results_dir`), or run `dspy-for compare` on this config first."
+        )
+    return items_dir
+
+
+def _load_method(
+    out: ComparisonResult, items_dir: Path, d: DatasetConfig, m: MethodConfig, examples: list[dspy.Example]
+) -> None:
+    """One method's stored records on ``d`` into ``out`` (its result, or why it has none)."""
+    spec = out.spec
+    key = result_key(spec, d, m)
+    path = ResultStore.in_dir(items_dir, d.name, d.split, m.label, key).path
+    if not path.is_file():
+        out.errors[d.name][m.label] = (
+            f"no stored records (no {path.name} in {path.parent}): it could not run, did not run, or ran with "
+            "other settings"
+        )
+        return
+    stored = read_records(path)
+    keys = [content_key(ex.get("question"), ex.get("answer")) for ex in examples]
+    wanted = [record_key(k, e) for k in keys for e in range(spec.epochs)]
+    items = [stored[k] for k in wanted if k in stored]
+    if spec.judge is None:  # a verdict stays in the store, out of a run without a judge
+        items = [replace(i, judge=None, judge_usage={}) if i.judge is not None else i for i in items]
+    if len(items) < len(wanted) and not spec.sequential:  # a sequential comparison stops early by design
+        out.missing.setdefault(d.name, {})[m.label] = len(wanted) - len(items)
+        logger.warning(
+            "%s on %s: %d of %d record(s) are not stored (the run did not finish them): its numbers are over "
+            "the %d stored; run `dspy-for compare` on the config to finish it",
+            m.label,
+            d.name,
+            len(wanted) - len(items),
+            len(wanted),
+            len(items),
+        )
+    cached = items_dir / d.name / d.split / f"{m.label}.{key}.compiled.json"
+    kind = str((m.compile or {}).get("kind", ""))
+    compiled = CompileCost.load(cached, kind) if m.compile and cached.is_file() else None
+    lms, prices = _role_lms(spec, m)
+    out.results[d.name][m.label] = MethodResult(
+        label=m.label,
+        items=items,
+        wall_time=0.0,
+        reused_time=sum(i.wall_time for i in items),  # every record is reused: each keeps the time it took
+        reducer=spec.reducer,
+        compile=compiled,
+        lms=lms,
+        prices=prices,
+    )
+
+
+def read_records(path: Path) -> dict[str, ItemResult]:
+    """Every record of a results file by record key, the last one of a key counting (a failed item a later run
+    finished is finished); the file is only read (a torn last line, left by a killed run, is skipped)."""
+    out: dict[str, ItemResult] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            item = ItemResult.from_json(line)
+        except (json.JSONDecodeError, TypeError):
+            continue
+        out[item.key] = item
+    return out
+
+
+def _role_lms(spec: ExperimentSpec, m: MethodConfig) -> tuple[dict[str, str], dict[str, Price]]:
+    """Each role's LM name (the ``model`` the built LM would have) and declared price, from the config alone."""
+    lms: dict[str, str] = {}
+    prices: dict[str, Price] = {}
+    for r in get_method(m.name).roles:
+        lm = spec.lm_for(r, m.role_lms)
+        options = spec.lm_options_for(r)
+        if isinstance(lm, dspy.BaseLM):
+            lms[r] = str(getattr(lm, "model", None) or type(lm).__name__)
+            price = getattr(lm, PRICE_ATTR, None)
+        elif lm.startswith(LOCAL_PREFIX):
+            from dspy_for.lm.server import alias_for  # a local model's served name: its alias, no server started
+
+            lms[r] = f"hosted_vllm/{alias_for(lm[len(LOCAL_PREFIX) :], bool(options.get('prompt_cache')))}"
+            price = parse_price(options["price"]) if "price" in options else LOCAL_PRICE
+        else:
+            lms[r] = lm
+            price = parse_price(options["price"]) if "price" in options else None
+        if isinstance(price, Price):
+            prices[r] = price
+    return lms, prices
+
+
+# ----------------------------------------------------------------------------------------------------- export
+
+
+def check_export(path: str | Path, level: str = "items") -> None:
+    """Bad export input fails before anything is read: a suffix other than :data:`FORMATS`, a folder that does not
+    exist, a level a comparison does not have."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise ConfigError(
+            f"`--to` {path}: unknown file type {path.suffix or '(none)'!r}; end the name in "
+            f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]} (e.g. --to results.csv)."
+        )
+    if not path.parent.is_dir():
+        raise ConfigError(f"`--to` {path}: the folder {path.parent} does not exist; create it first.")
+    check_level("comparison", level)
+
+
+def write_frame(frame: pd.DataFrame, path: str | Path) -> None:
+    """``frame`` to ``path`` (.csv, .parquet or .jsonl), whole or not at all: written beside it under a temporary
+    name, then renamed over it (a failed write leaves no partial file and any earlier file as it was)."""
+    path = Path(path)
+    check_export(path)
+    suffix = path.suffix.lower()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if suffix == ".csv":
+            frame.to_csv(tmp, index=False)
+        elif suffix == ".jsonl":
+            frame.to_json(tmp, orient="records", lines=True, force_ascii=False, date_format="iso")
+        else:
+            _parquet(frame, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _parquet(frame: pd.DataFrame, path: Path) -> None:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "Parquet needs pyarrow: pip install 'dspy-for[notebook]' (or pip install pyarrow), or write .csv / .jsonl."
+        ) from None
+    out = frame.copy()
+    for name in out.columns:  # a column of mixed kinds (a number here, a text there) is written as text
+        kinds = {type(v) for v in out[name] if v is not None and v == v}
+        if out[name].dtype == object and len(kinds) > 1:
+            out[name] = [None if v is None or v != v else str(v) for v in out[name]]
+    out.to_parquet(path, index=False)
+
+
+def export_results(
+    config: ExperimentSpec | str | Path | None,
+    to: str | Path,
+    *,
+    level: str = "items",
+    results_dir: str | Path | None = None,
+    overrides: Overrides | None = None,
+    **kwargs: Any,
+) -> pd.DataFrame:
+    """``dspy-for export``: the comparison ``config`` describes, loaded from its stored records
+    (:func:`load_results`), at ``level``, written to ``to`` (:func:`write_frame`); returns the frame written."""
+    check_export(to, level)
+    frame = load_results(config, results_dir, overrides=overrides, **kwargs).to_pandas(level=level)
+    write_frame(frame, to)
+    return frame
+
+
+# ------------------------------------------------------------------------------------------------ a run id
+
+
+def _comparison_run(run_id: str, tracking_uri: str | None) -> tuple[Any, ExperimentSpec]:
+    """An MLflow client of the store of ``run_id`` (a comparison's parent run) and the spec it logged (its
+    ``spec.*`` params)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from dspy_for.experiments.tracking.store import default_tracking_uri
+
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :].split("?", 1)[0]).is_file():
+        raise ConfigError(f"No MLflow store at {uri}: pass the `tracking_uri` the comparison logged to.")
+    client = MlflowClient(uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise ConfigError(f"No MLflow run {run_id!r} in {uri}: pass a comparison's parent run id.") from None
+    kind = run.data.tags.get("dspy_for.kind")
+    if kind != "comparison":
+        raise ConfigError(
+            f"MLflow run {run_id} is not a comparison's parent run (its kind: {kind or 'none'}): pass the run "
+            "`dspy-for compare` printed, or the comparison's config."
+        )
+    return client, _logged_spec(run_id, run.data.params)
+
+
+def _logged_spec(run_id: str, params: dict[str, str]) -> ExperimentSpec:
+    """The spec a comparison logged as ``spec.*`` params (flattened, each value JSON unless it was text)."""
+    data: dict[str, Any] = {}
+    for key, text in params.items():
+        if not key.startswith("spec.") or key == "spec.time":
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        *parents, leaf = key[len("spec.") :].split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    where = f"MLflow run {run_id}"
+    if not isinstance(data.get("datasets"), list) or not isinstance(data.get("methods"), list):
+        raise ConfigError(f"{where} has no readable spec (its params were cut short): load it with its config.")
+    if any(isinstance(v, dict) for v in [data.get("lm"), *(data.get("role_lms") or {}).values()]):
+        raise ConfigError(f"{where} ran with an LM object, not a model string: load it with its spec (Python).")
+    try:
+        return ExperimentSpec(
+            datasets=[DatasetConfig(**d) for d in data.pop("datasets")],
+            methods=[MethodConfig(**m) for m in data.pop("methods")],
+            judge=JudgeConfig(**j) if (j := data.pop("judge", None)) else None,
+            **{k: v for k, v in data.items() if v is not None},
+        )
+    except TypeError as exc:
+        raise ConfigError(f"{where}: its logged spec is not one this version reads ({exc}); use its config.") from None
+
+
+def _logged_rows(client: Any, run_id: str, name: str) -> list[dict[str, Any]]:
+    """The rows of a JSONL table logged on ``run_id`` (none when it has no such artifact)."""
+    if name not in {a.path for a in client.list_artifacts(run_id)}:
+        return []
+    text = Path(client.download_artifacts(run_id, name)).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
