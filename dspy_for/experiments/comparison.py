@@ -32,6 +32,7 @@ from dspy_for.experiments.core import (
 )
 from dspy_for.experiments.core.compile_step import CompileNotStarted
 from dspy_for.experiments.core.records import ComparisonResult
+from dspy_for.experiments.core.serving import check_stored, settle
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
@@ -60,6 +61,7 @@ def compare(
     run_dir = root / "compare" / spec.fingerprint()
     run_dir.mkdir(parents=True, exist_ok=True)
     items_dir = spec.items_dir(root)
+    check_stored(spec, items_dir)  # --rerun-changed with nothing stored: refused before anything runs
     out = ComparisonResult(spec=spec, run_dir=run_dir)
     if spec.autolog:
         store.autolog()
@@ -251,6 +253,7 @@ def _run_together(c: _Comparison, methods: list[MethodConfig], examples: dict[st
             if spec.autolog:
                 stack.enter_context(store.active_run(group[0][1], True))  # autolog's DSPy traces go to the active run
             feed_together(feeds, num_threads=spec.num_threads, limit=limit)
+            settle([f.evaluation for f in feeds], rerun=spec.rerun_changed, limit=limit)  # what served them
         for feed in feeds:
             res, run = feed.evaluation.result, feed.evaluation.run
             out.results[run.dataset.name][run.method.label] = res

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
@@ -37,10 +38,12 @@ from dspy_for.datasets import content_key
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult, record_key
+from dspy_for.experiments.core.serving import Serving
 from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, critical, interruptible
 from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.core.store import ResultStore
 from dspy_for.lm.epochs import epoch
+from dspy_for.lm.epochs import fresh as answered_anew
 from dspy_for.lm.pricing import PRICE_ATTR, Price
 from dspy_for.lm.usage import CallRecord, role, track_usage
 from dspy_for.secrets import redact
@@ -87,6 +90,7 @@ class Evaluation:
         self._order: list[str] = []  # content keys in the order fed
         self._reused_keys: set[str] = set()
         self._start = time.perf_counter()
+        self.serving = Serving()  # what served this run's calls, the stack it talks to now, what it runs again
 
     # ------------------------------------------------------------------------------------------ feed
 
@@ -137,6 +141,8 @@ class Evaluation:
             prices={
                 r: p for r, lm in self.run.role_lms.items() if isinstance(p := getattr(lm, PRICE_ATTR, None), Price)
             },
+            serving_now=self.serving.now,
+            reran=len(self.serving.rerun & self._items.keys()),
         )
 
     # ----------------------------------------------------------------------------------------- close
@@ -171,7 +177,8 @@ class Evaluation:
         started, t0 = time.time(), time.perf_counter()
         outcome = _Outcome()
         pred = dspy.Prediction()
-        with dspy.context(lm=run.lm), epoch(e), track_usage() as usage, role("task"):
+        anew = answered_anew() if _unit_key(unit) in self.serving.rerun else nullcontext()
+        with dspy.context(lm=run.lm), epoch(e), anew, track_usage() as usage, role("task"):
             try:
                 call = {**example.inputs(), "gold": example} if run.uses_labels else dict(example.inputs())
                 pred = run.program(**call)
@@ -185,12 +192,30 @@ class Evaluation:
             outcome.error = f"{outcome.error_class}: {len(failed_calls)} LM call(s) failed inside the method"
         outcome.usage, outcome.wall_time = usage.to_dict(), time.perf_counter() - t0
         record = replace(_record(example, pred, outcome, run.metric), started_at=started, origin=self.origin, epoch=e)
+        record.served_by = self.serving.saw(usage.calls)
         calls = list(usage.calls)
         if run.judge is not None:
             with track_usage() as judge_usage:
                 record = judge_item(run.judge, run.judge_name, record, example)
             calls += judge_usage.calls
         return record, calls
+
+    def rerun(self, keys: Iterable[str], limit: SpendLimit | None = None) -> list[ItemResult]:
+        """Run again the records this evaluation reused from the store under ``keys`` (others are ignored), their
+        LM calls answered anew (DSPy's cache neither read nor written: :func:`~dspy_for.lm.epochs.fresh`). Each new
+        record lands in every sink (the store keeps it in place of the old one) and takes the old one's place in the
+        result. Returns the new records."""
+        again = {k: None for k in keys if k in self._reused_keys}
+        position = {k: i for i, k in enumerate(self._order)}
+        for k in again:
+            del self.stored[k], self._items[k]
+            self._reused_keys.discard(k)
+        self.serving.rerun.update(again)
+        self._order = [k for k in self._order if k not in again]
+        items = {k.split("~", 1)[0] for k in again}  # an item's key, whichever epoch (record_key)
+        new = self.feed([ex for ex in self.run.examples if _key(ex) in items], limit=limit) if again else []
+        self._order.sort(key=lambda k: position.get(k, len(position)))
+        return new
 
     def _reused(self, stored: ItemResult) -> ItemResult:
         """A stored record as this run uses it: graded by this run's judge if it has none of its verdicts yet,

@@ -315,6 +315,7 @@ class ExperimentSpec(RunSpec):
     baseline: str | None = None
     results_dir: str | None = SETTINGS["results_dir"].default  # where items are kept: see items_dir
     autolog: bool = SETTINGS["autolog"].default
+    rerun_changed: bool = SETTINGS["rerun_changed"].default  # used by the run core's serving.settle
     match_budget: bool = False
     #: a sequential comparison (see :mod:`dspy_for.experiments.sequential`): every method on the same seeded item
     #: order, ``batch_size`` items at a time, each pair with the baseline tested after every batch by an
@@ -381,6 +382,8 @@ class ExperimentSpec(RunSpec):
                 positive_int(getattr(self, name), name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 1:
             raise ConfigError(f"`alpha` must be a number in (0, 1), got {self.alpha!r}.")
+        if self.rerun_changed and self.sequential:
+            raise ConfigError("`rerun_changed` applies to a whole comparison: drop it or `--sequential`.")
         if not self.sequential:
             return
         if len(self.methods) < 2:
