@@ -40,13 +40,15 @@ def _identities(served: dict[str, int]) -> str:
 
 
 def serving_lines(result: ComparisonResult, dataset: str) -> list[str]:
-    """One line per method on ``dataset`` whose records have serving identities: each with its records, the stack
-    now (or 'unknown' when nothing new ran), the records run again, and the paired items that mix stacks."""
+    """One line per method on ``dataset`` whose records have serving identities (every method with
+    ``rerun_changed``): each identity with its records, the stack now (or 'unknown' when nothing new ran), the records
+    run again, and the paired items that mix stacks."""
     lines = []
     for row in result.rows:
-        if row["dataset"] != dataset or "error" in row or not (row.get("served_by") or row.get("reran")):
+        if row["dataset"] != dataset or "error" in row or not (row.get("served_by") or result.spec.rerun_changed):
             continue
-        line = f"{row['method']}{mixed_mark(row)} served by: {_identities(row.get('served_by') or {})}"
+        served = _identities(row.get("served_by") or {}) or "no identity reported (such records are not run again)"
+        line = f"{row['method']}{mixed_mark(row)} served by: {served}"
         now = row.get("serving_now")
         if result.spec.rerun_changed or (now is not None and row.get("mixed_serving")):
             line += f"; stack now: {' · '.join(now) if now is not None else 'unknown (nothing new ran)'}"
