@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from dspy_for.cli import app
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.reports.table import table_text
+from dspy_for.lm.serving import SERVING_ATTR
 from dspy_for.testing import for_responder
 from dspy_for.testing.server import OpenAICompatibleServer
 
@@ -46,6 +47,33 @@ def test_a_scripted_lm_reports_no_identity_so_nothing_is_marked_or_run_again(ins
     text = " ".join(table_text(again).split())
     assert "cot served by: no identity reported (such records are not run again); stack now: unknown" in text
     assert "†" not in text
+
+
+def test_a_stack_known_before_any_call_marks_and_reruns_stored_records_with_nothing_new(install_scripted_lm, tmp_path):
+    """As the embedded server: its identity is known before any call, so stored records another build served are
+    marked and run again though every record is stored (the scripted LM stands in, its identity set by hand)."""
+    lm = install_scripted_lm(for_responder())
+    setattr(lm, SERVING_ATTR, "fake sha256:000000000001 llama-cpp-python 0.1")
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    first = compare(config, tracking_uri=uri)
+    calls = len(lm.calls)
+    assert all(
+        i.served_by == ["fake sha256:000000000001 llama-cpp-python 0.1"] for i in first.method_results()[0].items
+    )
+    setattr(lm, SERVING_ATTR, "fake sha256:000000000001 llama-cpp-python 0.2")  # a new build
+    marked = compare(config, tracking_uri=uri)
+    assert len(lm.calls) == calls and all(r["mixed_serving"] for r in marked.rows)
+    rows = [line for line in table_text(marked).splitlines() if line.startswith(("cot  ", "for_n1  "))]
+    assert len(rows) == 2 and all("]† " in line for line in rows)
+    rerun = compare(config, tracking_uri=uri, rerun_changed=True)
+    assert len(lm.calls) == 2 * calls  # every call made again, past DSPy's cache (the scripted LM's is on)
+    assert all(r["reran"] == 4 and not r["mixed_serving"] for r in rerun.rows)
+    now = ["fake sha256:000000000001 llama-cpp-python 0.2"]
+    assert all(i.served_by == now for r in rerun.method_results() for i in r.items)
+    later = compare(config, tracking_uri=uri, rerun_changed=True)
+    assert len(lm.calls) == 2 * calls and all(r["reran"] == 0 and r["serving_now"] == now for r in later.rows)
 
 
 def _cli(tmp_path: Path, server: OpenAICompatibleServer, *extra: str) -> list[str]:
