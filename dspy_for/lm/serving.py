@@ -6,7 +6,7 @@
   name the LM asked for, with no fingerprint, says nothing about what served the call: no identity.
 * **The embedded llama.cpp server** (``local/<name>``): the model, the first 12 hex digits of the model file's
   SHA-256 and the llama-cpp-python version the server runs, known before any call:
-  ``qwen2.5-coder-1.5b sha256:0123456789ab llama-cpp-python 0.3.36``.
+  ``qwen2.5-coder-1.5b sha256:cc324af070c2 llama-cpp-python 0.3.36``.
 * **A cache hit** reports the identity of the call it replays when DSPy's cache kept it: a hosted response is kept
   whole (its ``model`` and ``system_fingerprint`` with it). The embedded server's answers are kept without the
   llama-cpp-python build that produced them, so a replayed local answer reports none.
@@ -20,6 +20,8 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from dspy_for.lm.registry import get_model
 
 __all__ = [
     "SERVING_ATTR",
@@ -55,8 +57,6 @@ def embedded_identity(name: str, version: str | None = None) -> str:
     """The identity of the embedded server of registry model ``name``, known without any call: the model file's
     SHA-256 as the registry pins it (a pulled file is verified against it) and ``version``, the llama-cpp-python
     the server runs (default: the one installed here, which :mod:`dspy_for.lm.server` starts it with)."""
-    from dspy_for.lm.registry import get_model
-
     return local_identity(name, get_model(name).sha256, version or llama_cpp_version())
 
 
