@@ -16,6 +16,7 @@ from typing import Any
 
 from dspy_for.experiments.core import MethodResult, with_options
 from dspy_for.experiments.core.outcome import ComparisonResult
+from dspy_for.experiments.core.serving import check_stored
 from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.reports.compiled import breakeven_of
@@ -39,6 +40,7 @@ def compare(
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
     run_dir = root / "compare" / spec.fingerprint()
     run_dir.mkdir(parents=True, exist_ok=True)
+    check_stored(spec, spec.items_dir(root))  # --rerun-changed with nothing stored: refused before anything runs
     out = ComparisonResult(spec=spec, run_dir=run_dir)
     if spec.autolog:
         store.autolog()
@@ -165,6 +167,7 @@ def _run_together(
             continue
         with store.active_run(group[0].run_id or "", spec.autolog):  # autolog's DSPy traces go to the active run
             session.feed(group)
+            session.settle(group, rerun=spec.rerun_changed)  # what served them; what another stack served, again
         for cell in group:
             session.close(cell)
             res, run = cell.result, cell.run

@@ -43,6 +43,7 @@ from dspy_for.experiments.core import (
     prepare_run,
 )
 from dspy_for.experiments.core.compile_step import CompileNotStarted
+from dspy_for.experiments.core.serving import changed_records, settle
 from dspy_for.experiments.core.sinks import RunStatus, StopRule, interruptible
 from dspy_for.experiments.spec import DatasetConfig, MethodConfig
 from dspy_for.experiments.spec.model import RunSpec
@@ -197,8 +198,18 @@ class Session:
         pool of threads, under the session's ``max_cost`` (``stop``: each cell's own stop rule). Returns each cell's
         new records."""
         items = list(examples) if examples is not None else None
-        feeds = [Feed(c.evaluation, c.run.examples if items is None else items, stop) for c in cells]
-        return feed_together(feeds, num_threads=self.spec.num_threads, limit=self.limit)
+        return self._feed([Feed(c.evaluation, c.run.examples if items is None else items, stop) for c in cells])
+
+    def settle(self, cells: Sequence[OpenCell], *, rerun: bool = False) -> None:
+        """What served the records of ``cells`` (fed side by side): each one's stack now; with ``rerun``
+        (``rerun_changed``), the reused records another stack served run again, side by side, on the stack now."""
+        settle([c.evaluation for c in cells])
+        if rerun:
+            again = [(c, c.evaluation.forget(changed_records(c.evaluation))) for c in cells]
+            self._feed([Feed(c.evaluation, items) for c, items in again if items])
+
+    def _feed(self, feeds: list[Feed]) -> list[list[ItemResult]]:
+        return feed_together(feeds, num_threads=self.spec.num_threads, limit=self.limit) if feeds else []
 
     def close(self, cell: OpenCell, status: RunStatus | None = None) -> None:
         """Close ``cell``'s evaluation (its sinks get the whole result) and end its MLflow run with its status

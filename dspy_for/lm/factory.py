@@ -68,6 +68,7 @@ from dspy_for.lm.options import (
 from dspy_for.lm.origin import remember
 from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
 from dspy_for.lm.registry import get_model
+from dspy_for.lm.serving import SERVING_ATTR, embedded_identity
 
 __all__ = [
     "DEFAULT_LOCAL_TIMEOUT",
@@ -260,6 +261,10 @@ class LocalLM(LM):
         )
         if getattr(self, PRICE_ATTR, None) is None:
             setattr(self, PRICE_ATTR, LOCAL_PRICE)  # a local model costs $0 (its wall time is reported beside)
+        self._set_serving()
+
+    def _set_serving(self) -> None:  # what serves its calls, known before any (dspy_for.lm.serving)
+        setattr(self, SERVING_ATTR, embedded_identity(self.local_name, getattr(self.server, "llama_cpp_python", "")))
 
     def _revive(self) -> bool:
         if local_server._alive(self.server.pid):
@@ -268,6 +273,7 @@ class LocalLM(LM):
             self.local_name, n_ctx=self.n_ctx, n_threads=self.n_threads, prompt_cache=self.prompt_cache
         )
         self.kwargs["api_base"] = self.server.base_url
+        self._set_serving()
         return True
 
     def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:

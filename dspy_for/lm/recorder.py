@@ -2,7 +2,8 @@
 
 Per call (``on_lm_start`` → ``on_lm_end``) it finds the role, the call's start and end (Unix time, as it happens),
 what it sent and returned, the billed usage (a per-call probe standing in for ``dspy.settings.usage_tracker``),
-DSPy's history entry (finish reason; a cache hit's original tokens) and records one
+DSPy's history entry (finish reason; a cache hit's original tokens; what served the call:
+:mod:`dspy_for.lm.serving`) and records one
 :class:`~dspy_for.lm.usage_records.CallRecord` into every open collector. The full account is in
 :mod:`dspy_for.lm.usage`.
 """
@@ -25,6 +26,7 @@ from dspy.utils.callback import BaseCallback
 from dspy_for.compat.dspy import find_history_entry, original_usage
 from dspy_for.lm.pricing import call_cost
 from dspy_for.lm.roles import current_role
+from dspy_for.lm.serving import call_identity
 from dspy_for.lm.usage_records import CONTENT_WINDOW, CallContent, CallRecord, Usage, UsageWarning
 
 __all__ = ["finish_reason_of", "track_usage"]
@@ -224,6 +226,7 @@ def _call_record(
         ended_at=ended_at,
         reasoning_tokens=reasoning,
         cost=call_cost(lm, entry, prompt_tokens, completion_tokens) if ok else None,
+        served_by=call_identity(lm, response, cache_hit=cache_hit) if ok else None,
         content=CallContent(
             sent=pending.sent,
             returned=outputs if ok else None,

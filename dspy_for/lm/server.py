@@ -47,6 +47,7 @@ from filelock import FileLock
 from dspy_for.errors import ConfigError, ServerError, require
 from dspy_for.lm.prompt_cache import DEFAULT_PROMPT_CACHE_BYTES, PROMPT_CACHE_CHUNK
 from dspy_for.lm.registry import get_model, model_path
+from dspy_for.lm.serving import llama_cpp_version
 
 __all__ = [
     "ServerInfo",
@@ -76,6 +77,7 @@ class ServerInfo:
     n_threads: int
     leases: list[int] = field(default_factory=list)
     prompt_cache: bool = False
+    llama_cpp_python: str = ""  # the version the server runs (of the process that started it; "" in older states)
 
     @property
     def base_url(self) -> str:
@@ -239,6 +241,7 @@ def start_server(
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     info = ServerInfo(name, alias, "127.0.0.1", port, proc.pid, started_by, n_ctx, n_threads, [], prompt_cache)
+    info.llama_cpp_python = llama_cpp_version() or ""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

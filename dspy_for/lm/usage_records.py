@@ -99,7 +99,8 @@ class CallRecord:
     """One LM call as seen by the usage layer (``error``: the exception's class name when not ``ok``).
 
     ``started_at`` / ``ended_at``: Unix times (``time.time()``, seconds) at DSPy's ``on_lm_start`` and ``on_lm_end``
-    (None for a record made by hand); ``wall_time`` is the same interval on the monotonic clock. ``content``: what
+    (None for a record made by hand); ``wall_time`` is the same interval on the monotonic clock. ``served_by``: the
+    identity of the serving stack (:mod:`dspy_for.lm.serving`). ``content``: what
     the call sent and returned, in memory only (:meth:`Usage.to_dict` never holds it; a collector keeps it for
     its last :data:`CONTENT_WINDOW` calls); None when dropped or not recorded.
     """
@@ -118,6 +119,10 @@ class CallRecord:
     content: CallContent | None = field(default=None, compare=False, repr=False)
     reasoning_tokens: int = 0  # of the completion tokens, those spent reasoning (reasoning models)
     cost: float | None = None  # USD (a cache hit: what the original call cost); None: not priced
+    #: what served the call (:mod:`dspy_for.lm.serving`: a hosted model's snapshot and ``system_fingerprint``, the
+    #: embedded server's model hash and llama-cpp-python version; a cache hit: the replayed call's, when DSPy's cache
+    #: kept it); None when the LM reported none
+    served_by: str | None = None
 
     def without_content(self) -> CallRecord:
         return self if self.content is None else replace(self, content=None)

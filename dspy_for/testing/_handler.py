@@ -257,7 +257,9 @@ class Handler(BaseHTTPRequestHandler):
         if reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": thought}
         n = owner._record_response({"usage": usage, "finish_reason": finish, "text": text})
-        head = {"id": f"chatcmpl-test-{n}", "created": int(time.time()), "model": model}
+        head = {"id": f"chatcmpl-test-{n}", "created": int(time.time()), "model": owner.model_snapshot or model}
+        if owner.system_fingerprint is not None:
+            head["system_fingerprint"] = owner.system_fingerprint
         if body.get("stream") is True:
             options = body.get("stream_options")
             with_usage = isinstance(options, dict) and options.get("include_usage") is True

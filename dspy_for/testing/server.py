@@ -7,7 +7,10 @@ ChatAdapter ``[[ ## field ## ]]`` format) or raw text. Answers honour ``max_toke
 ``max_completion_tokens``, which DSPy and litellm's ``openai/`` route send) by truncating to that many
 whitespace words with ``finish_reason="length"`` (else ``"stop"``), and report ``usage`` like
 llama.cpp/vLLM: prompt tokens are the whitespace words of the messages, completion tokens the words
-of the answer. The request's ``model`` is echoed. ``GET /v1/models`` lists ``test-model`` (and the reasoning models).
+of the answer. The request's ``model`` is echoed, unless ``model_snapshot`` names the model that answers (as a hosted
+model answers with its dated snapshot, e.g. ``gpt-4.1-mini-2025-04-14``); ``system_fingerprint``, when set, is
+returned with every answer (and every stream chunk), as OpenAI returns the backend configuration that served it. Both
+are attributes that can change between two runs. ``GET /v1/models`` lists ``test-model`` (and the reasoning models).
 A request with ``"stream": true`` is answered with OpenAI's server-sent events (``text/event-stream``): chat
 completion chunks ``data: {...}`` (the role, then one chunk per word of the same answer, then the finish reason; with
 ``stream_options.include_usage``, a last chunk with ``usage`` and no choices), then ``data: [DONE]``.
@@ -96,6 +99,8 @@ class OpenAICompatibleServer:
         retry_after: float = 1.0,
         reasoning_models: Collection[str] = (),
         reasoning_tokens_per_call: int = 64,
+        model_snapshot: str | None = None,
+        system_fingerprint: str | None = None,
     ) -> None:
         if latency < 0 or retry_after < 0 or stall_seconds < 0:
             raise ValueError("latency, retry_after and stall_seconds are seconds: pass 0 or more")
@@ -112,6 +117,10 @@ class OpenAICompatibleServer:
         self.retry_after = float(retry_after)
         self.reasoning_models = frozenset(reasoning_models)
         self.reasoning_tokens_per_call = int(reasoning_tokens_per_call)
+        #: the ``model`` every answer names (None: the request's, echoed)
+        self.model_snapshot = model_snapshot
+        #: the ``system_fingerprint`` every answer carries (None: none)
+        self.system_fingerprint = system_fingerprint
         self.fault: str | None = None
         self.fault_times: int | None = None
         #: every chat request body received (rate-limited and faulted ones too)

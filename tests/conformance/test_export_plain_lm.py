@@ -20,7 +20,9 @@ from dspy_for.experiments.reports.table import table_text
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig
 from dspy_for.stats import format_p_value
 
-WALL = ["wall_time", "reused_time"]  # the run's wall clock is not stored: a loaded result's are its records' own
+#: the run's wall clock is not stored (a loaded result's times are its records' own), and a loaded result talks to no
+#: serving stack now
+WALL = ["wall_time", "reused_time", "serving_now"]
 
 
 def _config(tmp_path: Path, base_url: str) -> Path:

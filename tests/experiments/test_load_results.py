@@ -36,7 +36,9 @@ name = "for"
 label = "for_n1"
 options = { rounds = 1 }
 """
-WALL = ["wall_time", "reused_time"]  # the run's wall clock is not stored: a loaded result's are its records' own
+#: the run's wall clock is not stored (a loaded result's times are its records' own), and a loaded result talks to no
+#: serving stack now
+WALL = ["wall_time", "reused_time", "serving_now"]
 
 
 @pytest.fixture

@@ -76,7 +76,7 @@ CELL_COLUMNS = [
     "reducer", "accuracy", "ci_low", "ci_high", "delta", "delta_low", "delta_high", "p_value", "paired_n",
     "paired_test", "tokens_per_item", "calls_per_item", "reasoning_tokens_per_item", "cost_per_item",
     "seconds_per_item", "seconds_lower_bound", "spent_tokens", "cached_tokens", "calls", "spent_usd", "wall_time",
-    "reused_time", "role_collapse_rate", "served_by",
+    "reused_time", "role_collapse_rate", "served_by", "serving_now", "mixed_serving", "mixed_pairs", "reran",
 ]
 # fmt: on
 
@@ -89,7 +89,7 @@ PAIR_COLUMNS = [
 # fmt: on
 
 # Summary fields the cell frame shows otherwise (per role, flattened) or not at all (text kept in the table's notes)
-_CELL_SKIP = {"dataset", "split", "method", "tokens_per_item_by_role", "per_role", "errors"}
+_CELL_SKIP = {"dataset", "split", "method", "tokens_per_item_by_role", "per_role", "errors", "served_by", "serving_now"}
 # Summary fields that hold a mapping or None (none: no column at all, as for an empty mapping)
 _MAPPINGS = {"compile", "spread", "judge", "stats"}
 
@@ -205,6 +205,7 @@ def cell_row(cell: Cell, served: str = "", breakeven: Iterable[Mapping[str, Any]
     for name, value in s.row().items():
         if name not in _CELL_SKIP and not (value is None and name in _MAPPINGS):
             flatten(name, value, row)
+    row["serving_now"] = "; ".join(s.serving_now) if s.serving_now is not None else None
     for role, r in s.per_role.items():
         row[f"tokens_per_item.{role}"] = r["served"]
         row[f"calls_per_item.{role}"] = r["calls"]

@@ -56,9 +56,10 @@ class ItemResult:
     started_at: float | None = None  # when the item started (Unix time, s); None in records written before it was kept
     origin: str | None = None  # the run that produced this record (an MLflow run id), when it was tracked
     epoch: int = 0  # which repeat of the item this record is (0: the first; runs with ``epochs = k`` have 0..k-1)
-    #: what served this record's LM calls: one identity string per distinct serving stack (a hosted model's dated
-    #: snapshot and ``system_fingerprint``; the embedded server's llama-cpp-python version and model SHA-256),
-    #: sorted; empty in records written before it was kept, or when no call reported one
+    #: what served this record's LM calls (the method's; the judge's are apart): one identity string per distinct
+    #: serving stack (a hosted model's dated snapshot and ``system_fingerprint``; the embedded server's
+    #: llama-cpp-python version and model SHA-256: :mod:`dspy_for.lm.serving`), sorted; empty in records written
+    #: before it was kept, or when no call reported one
     served_by: list[str] = field(default_factory=list)
 
     @property
@@ -118,6 +119,10 @@ class MethodResult:
     compile: CompileCost | None = None
     lms: dict[str, str] = field(default_factory=dict)
     prices: dict[str, Price] = field(default_factory=dict)
+    #: the identities of the stack the run's LMs talk to now (None: unknown, nothing new ran) and how many stored
+    #: records it ran again because another stack served them (``rerun_changed``): see core/serving.py
+    serving_now: list[str] | None = None
+    reran: int = 0
 
     @property
     def n(self) -> int:
@@ -272,6 +277,18 @@ class MethodResult:
             if value is not None:
                 out[i.key] = float(value)
         return out
+
+    def served_by(self) -> dict[str, int]:
+        """Each identity that served the scored records (``ItemResult.served_by``), with how many it served."""
+        return dict(sorted(Counter(x for i in self.scored for x in i.served_by).items()))
+
+    @property
+    def mixed_serving(self) -> bool:
+        """The scored records were served by more than one stack: more identities than the run has LMs, or one the
+        stack it talks to now does not serve (another model snapshot, ``system_fingerprint``, llama.cpp build)."""
+        served = set(self.served_by())
+        lms = max(1, len(set(self.lms.values())))
+        return len(served) > lms or (self.serving_now is not None and not served <= set(self.serving_now))
 
     @property
     def judge_errors(self) -> int:

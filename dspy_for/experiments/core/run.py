@@ -4,18 +4,16 @@
         ev.feed(run.examples, stop=rule)                           #   FAILED, or KILLED (Ctrl-C, SIGTERM)
     result = ev.result                                             # one MethodResult, in the order fed
 
-Several evaluations can share one pool of threads (:func:`feed_together`: a comparison's methods run side by
-side) and one :class:`SpendLimit` (``max_cost``). Per item: a record already in the results store (matched by
-content) is reused; otherwise the program runs inside its own usage block → record {inputs, gold, prediction,
-score | error, usage by role, trajectory} → the judge → the store → every sink → the stop rule. An item ends
-scored, unparsed (scored 0) or failed (an error, left out of accuracy; see :mod:`~dspy_for.experiments.core.records`);
-one failing item never stops the others. ``feed`` may be called again with more items (a sweep's chunks, a
-sequential comparison's batches).
+Several evaluations share one pool of threads and one :class:`SpendLimit` through :func:`feed_together`, the loop
+:class:`~dspy_for.experiments.session.Session` drives for every command. Per item: a stored record (matched by
+content) is reused; otherwise the program runs inside its own usage block → record {inputs, gold, prediction, score |
+error, usage by role, trajectory} → the judge → the store → every sink → the stop rule. An item ends scored, unparsed
+(scored 0) or failed (an error, left out of accuracy: :mod:`~dspy_for.experiments.core.records`); one failing item
+never stops the others. ``feed`` may be called again with more items (a sweep's chunks, a sequential's batches).
 
-The driver is a plain executor, not ``dspy.Evaluate``: Evaluate reports items only through its metric and its
-own progress line (a failed item as a 0), needs an index slipped into the inputs to tell items apart, and
-answers Ctrl-C by returning the partial result as if the run had finished. Here each item is one function
-call whose record streams out as it finishes; metrics stay DSPy metrics (``metric(example, prediction)``).
+Not ``dspy.Evaluate``, which reports items only through its metric (a failed item as a 0), needs an index slipped
+into the inputs and answers Ctrl-C with the partial result as if finished: here each item is one call whose record
+streams out as it finishes; metrics stay DSPy metrics (``metric(example, prediction)``).
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
@@ -37,10 +36,12 @@ from dspy_for.datasets import content_key
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult, record_key
+from dspy_for.experiments.core.serving import Serving
 from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, critical, interruptible
 from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.core.store import ResultStore
 from dspy_for.lm.epochs import epoch
+from dspy_for.lm.epochs import fresh as answered_anew
 from dspy_for.lm.pricing import PRICE_ATTR, Price
 from dspy_for.lm.usage import CallRecord, role, track_usage
 from dspy_for.secrets import redact
@@ -87,6 +88,8 @@ class Evaluation:
         self._order: list[str] = []  # content keys in the order fed
         self._reused_keys: set[str] = set()
         self._start = time.perf_counter()
+        self.serving = Serving()  # what served this run's calls, the stack it talks to now, what it runs again
+        self._restore: dict[str, int] = {}  # the record order before records were forgotten, to run again
 
     # ------------------------------------------------------------------------------------------ feed
 
@@ -120,6 +123,9 @@ class Evaluation:
 
     def _finish(self, plan: _Plan) -> list[ItemResult]:
         self._order = [k for k in self._order if k in self._items]  # a stopped feed: what did not run is left out
+        if self._restore:  # records run again (:meth:`forget`) take their old places
+            self._order.sort(key=lambda k: self._restore.get(k, len(self._restore)))
+            self._restore = {}
         return [self._items[_unit_key(u)] for u in plan.new if _unit_key(u) in self._items]
 
     @property
@@ -137,6 +143,8 @@ class Evaluation:
             prices={
                 r: p for r, lm in self.run.role_lms.items() if isinstance(p := getattr(lm, PRICE_ATTR, None), Price)
             },
+            serving_now=self.serving.now,
+            reran=len(self.serving.rerun & self._items.keys()),
         )
 
     # ----------------------------------------------------------------------------------------- close
@@ -171,7 +179,8 @@ class Evaluation:
         started, t0 = time.time(), time.perf_counter()
         outcome = _Outcome()
         pred = dspy.Prediction()
-        with dspy.context(lm=run.lm), epoch(e), track_usage() as usage, role("task"):
+        anew = answered_anew() if _unit_key(unit) in self.serving.rerun else nullcontext()
+        with dspy.context(lm=run.lm), epoch(e), anew, track_usage() as usage, role("task"):
             try:
                 call = {**example.inputs(), "gold": example} if run.uses_labels else dict(example.inputs())
                 pred = run.program(**call)
@@ -185,12 +194,28 @@ class Evaluation:
             outcome.error = f"{outcome.error_class}: {len(failed_calls)} LM call(s) failed inside the method"
         outcome.usage, outcome.wall_time = usage.to_dict(), time.perf_counter() - t0
         record = replace(_record(example, pred, outcome, run.metric), started_at=started, origin=self.origin, epoch=e)
+        record.served_by = self.serving.saw(usage.calls)
         calls = list(usage.calls)
         if run.judge is not None:
             with track_usage() as judge_usage:
                 record = judge_item(run.judge, run.judge_name, record, example)
             calls += judge_usage.calls
         return record, calls
+
+    def forget(self, keys: Iterable[str]) -> list[dspy.Example]:
+        """Drop the records this evaluation reused from the store under ``keys`` (others are ignored) and return their
+        items, for the next feed to run again with their LM calls answered anew (DSPy's cache neither read nor
+        written: :func:`~dspy_for.lm.epochs.fresh`); each new record lands in every sink (the store keeps it in place
+        of the old one) and takes the old one's place in the result."""
+        again = {k: None for k in keys if k in self._reused_keys}
+        self._restore = {k: i for i, k in enumerate(self._order)}
+        for k in again:
+            del self.stored[k], self._items[k]
+            self._reused_keys.discard(k)
+        self.serving.rerun.update(again)
+        self._order = [k for k in self._order if k not in again]
+        items = {k.split("~", 1)[0] for k in again}  # an item's key, whichever epoch (record_key)
+        return [ex for ex in self.run.examples if _key(ex) in items]
 
     def _reused(self, stored: ItemResult) -> ItemResult:
         """A stored record as this run uses it: graded by this run's judge if it has none of its verdicts yet,

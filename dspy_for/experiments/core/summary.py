@@ -78,6 +78,18 @@ class Summary:
     #: when ``cost_per_item`` was priced from the tokens at the LMs' declared ``price`` (records kept without a
     #: cost): each LM's price, ``{model: {input, output}}`` in USD per million tokens; empty otherwise
     priced_at: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: what served the scored records: each serving identity (:mod:`dspy_for.lm.serving`) with how many records it
+    #: served (empty when no LM call reported one); ``serving_now``: the stack the run talks to now (None: unknown,
+    #: nothing new ran); ``mixed_serving``: the records come from more than one stack
+    #: (:attr:`~dspy_for.experiments.core.records.MethodResult.mixed_serving`); ``reran``: stored records run again
+    #: because another stack served them (``rerun_changed``)
+    served_by: dict[str, int] = field(default_factory=dict)
+    serving_now: list[str] | None = None
+    mixed_serving: bool = False
+    reran: int = 0
+    #: of the ``paired_n`` pairs with the baseline, those whose two records were served by different identities
+    #: (both known): the difference may come from the stacks, not only from the methods
+    mixed_pairs: int = 0
 
     @property
     def measured(self) -> bool:
@@ -116,6 +128,10 @@ class Summary:
         out.update({f"mean.{k}": v for k, v in self.stats.items()})
         if self.role_collapse_rate is not None:
             out["role_collapse_rate"] = self.role_collapse_rate
+        if self.served_by:
+            out.update(
+                {"serving.identities": float(len(self.served_by)), "serving.mixed_pairs": float(self.mixed_pairs)}
+            )
         for score in JUDGE_SCORES:
             if score in self.judge:
                 e = self.judge[score]
@@ -234,6 +250,10 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         else {},
         compile=result.compile.row() if result.compile is not None else None,
         priced_at=priced_at,
+        served_by=result.served_by(),
+        serving_now=result.serving_now,
+        mixed_serving=result.mixed_serving,
+        reran=result.reran,
     )
 
 
@@ -264,7 +284,21 @@ def _paired(result: MethodResult, baseline: MethodResult | None) -> dict[str, An
         "p_value": p.p_value,
         "paired_n": len(common),
         "paired_test": p.test,
+        "mixed_pairs": _mixed_pairs(result, baseline, common),
     }
+
+
+def _mixed_pairs(result: MethodResult, baseline: MethodResult, keys: list[str]) -> int:
+    """Of the items paired on ``keys``, those whose records (each item's scored epochs) in ``result`` and in
+    ``baseline`` were served by different identities: both known, and neither set within the other (a method with
+    a second LM of its own adds that LM's identity without mixing)."""
+    mine, theirs = result.epochs_by_item(), baseline.epochs_by_item()
+
+    def served(records: list[Any]) -> frozenset[str]:
+        return frozenset(x for r in records for x in r.served_by)
+
+    pairs = [(served(mine[k]), served(theirs[k])) for k in keys]
+    return sum(1 for a, b in pairs if a and b and not (a <= b or b <= a))
 
 
 def judge_summary(r: MethodResult, base: MethodResult | None) -> dict[str, Any]:

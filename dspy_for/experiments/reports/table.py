@@ -31,6 +31,7 @@ from dspy_for.experiments.reports.judge import (
     judge_table_row,
     judged_rows,
 )
+from dspy_for.experiments.reports.serving import mixed_mark, serving_legend, serving_lines
 from dspy_for.metrics import metric_for
 from dspy_for.stats import format_p_value, mean_with_ci, smallest_resolvable_difference
 
@@ -132,7 +133,7 @@ def _fmt_row(row: dict[str, Any], baseline: str | None, columns: list[Column]) -
     n += f" +{row['failed']}✗" if row["failed"] else ""
     if row["accuracy"] is None:  # nothing scored: every item failed, or none started (max_cost)
         return [row["method"], n, "FAILED (every item)" if row["failed"] else "not run", *blank]
-    acc = f"{100 * row['accuracy']:.1f} [{100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f}]"
+    acc = f"{100 * row['accuracy']:.1f} [{100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f}]" + mixed_mark(row)
     return [row["method"], n, acc, *(c.cell(row, baseline) for c in columns)]
 
 
@@ -180,7 +181,7 @@ def legend(result: ComparisonResult) -> str:
         text += "; ≥: some LM calls of the timed answers were served by DSPy's cache, so a cold run takes longer"
     if any(r.get("reused_time") for r in rows):
         text += "; s/item*: includes results reused from an earlier run, at the time they took then"
-    return text + compile_legend(rows) + "."
+    return text + compile_legend(rows) + serving_legend(rows) + "."
 
 
 _TEST_NAMES = {"mcnemar_exact": "exact McNemar p", "paired_bootstrap": "paired bootstrap p over per-item values"}
@@ -274,6 +275,7 @@ def _below(result: ComparisonResult, dataset: str) -> list[str]:
     pairs."""
     return [
         *detail_lines(result, dataset),
+        *serving_lines(result, dataset),
         *compile_lines(result, dataset),
         *breakeven_text(result, dataset),
         *sequential_lines(result, dataset),

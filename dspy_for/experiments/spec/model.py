@@ -1,6 +1,5 @@
 """One typed run specification: a TOML config, CLI flags or a Python object all become a validated spec
-before anything runs (:mod:`dspy_for.experiments.spec.config` reads configs and flags), so ``compare``, every
-sweep trial, ``--final-test`` and the measurement scripts take one path (:mod:`dspy_for.experiments.core.run`).
+before anything runs (:mod:`dspy_for.experiments.spec.config` reads configs and flags): one path for every run.
 
 :class:`RunSpec` is the core every run shares (LMs per role and their options, sampling, threads,
 tracking, results, an optional judge); :class:`ExperimentSpec` adds datasets × methods for ``compare``;
@@ -60,8 +59,7 @@ class MethodConfig:
 
     @property
     def compile_step(self) -> CompileSpec | None:
-        """Its ``compile`` table parsed and checked (:func:`~dspy_for.experiments.methods.check_compile`, once per
-        distinct table); None: no compile step."""
+        """Its ``compile`` table parsed and checked once per distinct table (None: no compile step)."""
         return check_compile(self.name, self.options, self.compile, label=self.label)
 
     def validate(self) -> None:
@@ -71,9 +69,8 @@ class MethodConfig:
         entry = get_method(self.name)
         entry.validate_options(self.options)
         entry.validate_roles(self.role_lms)
-        for s in self.role_lms.values():
-            if isinstance(s, str):
-                check_lm_spec(s)
+        for spec in (s for s in self.role_lms.values() if isinstance(s, str)):
+            check_lm_spec(spec)
         self.compile_step  # noqa: B018  (parsed and checked: the splits with the datasets)
 
 
@@ -321,6 +318,7 @@ class ExperimentSpec(RunSpec):
     baseline: str | None = None
     results_dir: str | None = SETTINGS["results_dir"].default  # where items are kept: see items_dir
     autolog: bool = SETTINGS["autolog"].default
+    rerun_changed: bool = SETTINGS["rerun_changed"].default  # used by the run's Session.settle
     match_budget: bool = False
     #: a sequential comparison (see :mod:`dspy_for.experiments.sequential`): every method on the same seeded item
     #: order, ``batch_size`` items at a time, each pair with the baseline tested after every batch by an
@@ -387,6 +385,8 @@ class ExperimentSpec(RunSpec):
                 positive_int(getattr(self, name), name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 1:
             raise ConfigError(f"`alpha` must be a number in (0, 1), got {self.alpha!r}.")
+        if self.rerun_changed and self.sequential:
+            raise ConfigError("`rerun_changed` applies to a whole comparison: drop it or `--sequential`.")
         if not self.sequential:
             return
         if len(self.methods) < 2:

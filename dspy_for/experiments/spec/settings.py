@@ -204,6 +204,18 @@ declare(
     )
 )
 
+declare(
+    Setting(
+        "rerun_changed",
+        bool,
+        False,
+        "Run again the stored records served by another stack than the one this run talks to (another model "
+        "snapshot, system_fingerprint, llama-cpp-python or model file), bypassing DSPy's cache; records without a "
+        "serving identity are kept. Needs stored records.",
+        commands=frozenset({"compare"}),
+    )
+)
+
 
 def value_kind(epochs: int, reducer: str) -> Literal["binary", "bounded"]:
     """What one item's value is: 0/1 (``binary``), or any number in [0, 1] (``bounded``) when the ``mean`` reducer

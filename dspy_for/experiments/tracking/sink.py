@@ -29,7 +29,7 @@ from dspy_for.secrets import redact
 if TYPE_CHECKING:
     from dspy_for.experiments.core import Landed, MethodResult, PreparedRun, RunStatus
 
-__all__ = ["MlflowSink", "item_rows"]
+__all__ = ["MlflowSink", "item_rows", "serving_params"]
 
 logger = logging.getLogger("dspy_for.tracing")
 
@@ -119,6 +119,8 @@ class MlflowSink:
                 store.log_json(self.run_id, self.run.compile_cost.row(), "compile_cost.json")
             if result.n_failed:
                 client.set_tag(self.run_id, "dspy_for.failed_items", str(result.n_failed))
+            if params := serving_params(result):
+                store.log_params(self.run_id, params)
         finally:
             if self.end_run:
                 client.set_terminated(self.run_id, status=status)
@@ -132,6 +134,20 @@ class MlflowSink:
             self.run.dataset.name,
             redact(f"{type(exc).__name__}: {exc}"),
         )
+
+
+def serving_params(result: MethodResult) -> dict[str, str]:
+    """What served the run's scored records, as MLflow params: ``served_by`` (each identity, :mod:`dspy_for.lm.serving`,
+    with how many records it served, ``; ``-separated), ``served_by.now`` (the stack the run talks to now, when
+    known) and ``served_by.reran`` (stored records run again because another stack served them, when any). Empty
+    when no LM call reported an identity."""
+    served = result.served_by()
+    out = {"served_by": "; ".join(f"{identity} ({n})" for identity, n in served.items())} if served else {}
+    if served and result.serving_now is not None:
+        out["served_by.now"] = "; ".join(result.serving_now)
+    if result.reran:
+        out["served_by.reran"] = str(result.reran)
+    return out
 
 
 def item_rows(result: MethodResult) -> list[dict[str, Any]]:
@@ -150,6 +166,7 @@ def item_rows(result: MethodResult) -> list[dict[str, Any]]:
             "stats": i.stats,
             "judge": i.judge,
             "origin": i.origin,
+            "served_by": i.served_by,
         }
         for i in result.items
     ]
