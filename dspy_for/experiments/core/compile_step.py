@@ -36,7 +36,7 @@ from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, load_ex
 from dspy_for.lm.usage import RoleUsage, Usage
 from dspy_for.optimizers import COMPILERS, compile_program, load_compiled
 
-__all__ = ["CompileCost", "CompileNotStarted", "compile_for_run", "compile_settings"]
+__all__ = ["CompileCost", "CompileNotStarted", "compile_for_run", "compile_sets", "compile_settings"]
 
 
 class CompileNotStarted(RuntimeError):
@@ -168,23 +168,10 @@ def compile_for_run(
     the table's ``optimizer_lm``, default the run's LM), leaving out every item of ``scored`` (the items the run
     scores: see the module docstring). ``cached``: where the compiled program and its :class:`CompileCost` are kept,
     so a resumed run loads them (``reused``) instead of compiling again. Every predictor keeps its LM."""
-    check_compile(
-        method.name, method.options, method.compile, label=method.label, splits=dataset_info(dataset.name).splits
-    )
-    cfg = dict(method.compile or {})
+    scored = list(scored)
+    trainset, valset, left_out, cfg = compile_sets(method, dataset, scored)
     kind = cfg.pop("kind")
-    source = _source(cfg.pop("data", None), dataset)
-    if source is not dataset:  # a file of one split: train and validate on it
-        cfg = {"trainset": USER_SPLIT, "valset": USER_SPLIT, **cfg}
-    trainset = load_examples(source, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
-    val_split, val_limit = cfg.pop("valset", "val"), cfg.pop("val_limit", None)
-    valset = load_examples(source, val_split) if COMPILERS[kind].uses_valset else []  # bootstrap: none
-    if val_limit:
-        valset = valset[-int(val_limit) :]
-    cfg.pop("optimizer_lm", None)
-    trainset = _not_validating(method.label, trainset, valset)
     scored_keys = {_key(ex) for ex in scored}
-    trainset, valset, left_out = _unscored(method.label, trainset, valset, scored_keys)
     if cached is not None and cached.is_file():
         cost = CompileCost.load(cached, kind)
         _check_reusable(cost, scored_keys, cached)
@@ -207,6 +194,30 @@ def compile_for_run(
         result.program.save(str(cached))
         cost.save(cached)
     return result.program, cost
+
+
+def compile_sets(
+    method: MethodConfig, dataset: DatasetConfig, scored: Iterable[dspy.Example] = ()
+) -> tuple[list[dspy.Example], list[dspy.Example], int, dict[str, Any]]:
+    """The items ``method``'s compile step trains and validates on (see the module docstring), how many of the items
+    the run scores (``scored``) were left out, and the compile table's other settings (``kind`` and the optimizer's
+    own options). Reads the data; builds and calls no LM."""
+    check_compile(
+        method.name, method.options, method.compile, label=method.label, splits=dataset_info(dataset.name).splits
+    )
+    cfg = dict(method.compile or {})
+    source = _source(cfg.pop("data", None), dataset)
+    if source is not dataset:  # a file of one split: train and validate on it
+        cfg = {"trainset": USER_SPLIT, "valset": USER_SPLIT, **cfg}
+    trainset = load_examples(source, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
+    val_split, val_limit = cfg.pop("valset", "val"), cfg.pop("val_limit", None)
+    valset = load_examples(source, val_split) if COMPILERS[cfg["kind"]].uses_valset else []  # bootstrap: none
+    if val_limit:
+        valset = valset[-int(val_limit) :]
+    cfg.pop("optimizer_lm", None)
+    trainset = _not_validating(method.label, trainset, valset)
+    trainset, valset, left_out = _unscored(method.label, trainset, valset, {_key(ex) for ex in scored})
+    return trainset, valset, left_out, cfg
 
 
 def _source(data: str | None, dataset: DatasetConfig) -> DatasetConfig:

@@ -37,7 +37,16 @@ from dspy_for.judges import RUBRICS, Judge
 from dspy_for.lm import make_lm, with_transport
 from dspy_for.metrics import metric_for
 
-__all__ = ["PreparedRun", "build_lms", "prepare_program", "prepare_run", "program_run", "role_lm", "with_options"]
+__all__ = [
+    "PreparedRun",
+    "build_lms",
+    "prepare_program",
+    "prepare_run",
+    "program_run",
+    "result_key",
+    "role_lm",
+    "with_options",
+]
 
 Metric = Callable[..., Any]
 
@@ -130,9 +139,7 @@ def prepare_run(
     metric = metric_for(dataset.name)
     default, role_lms = build_lms(spec, method, temperature)
     program = build_method(method.name, sig, lm=default, role_lms=role_lms, **options)
-    key = spec.item_key(
-        dataset, method, method.options, registered.roles, prompts_fingerprint(program), registered.revision
-    )
+    key = result_key(spec, dataset, method, program)
     examples = examples if examples is not None else load_examples(dataset)
     compile_cost = cached = None
     if method.compile:
@@ -171,6 +178,20 @@ def prepare_run(
         compiled_path=cached,
         judge=judge,
         judge_name=judge_name,
+    )
+
+
+def result_key(spec: RunSpec, dataset: DatasetConfig, method: MethodConfig, program: dspy.Module | None = None) -> str:
+    """The key ``method``'s records on ``dataset`` are stored under (:meth:`RunSpec.item_key`), from ``program`` as
+    built for the run, or (None) from the method's program built without LMs, which builds and calls none: what a
+    dry run reads the results store with."""
+    registered = get_method(method.name)
+    if program is None:
+        own, _ = registered.split_options(method.options)
+        lms = dict.fromkeys(registered.roles)
+        program = registered.build(signature_for(dataset.name), lms, registered.with_defaults(own))
+    return spec.item_key(
+        dataset, method, method.options, registered.roles, prompts_fingerprint(program), registered.revision
     )
 
 

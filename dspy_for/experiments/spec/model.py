@@ -118,6 +118,7 @@ class RunSpec:
     epochs: int = SETTINGS["epochs"].default  # each its own record; `reducer` makes one value per item of them
     reducer: str = SETTINGS["reducer"].default
     traces: bool = SETTINGS["traces"].default
+    dry_run: bool = SETTINGS["dry_run"].default  # the plan, not the run: dspy_for.experiments.core.plan
 
     #: the command this kind of spec runs (which declared settings it takes)
     COMMAND: ClassVar[str] = ""

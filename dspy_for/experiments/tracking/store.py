@@ -48,6 +48,7 @@ __all__ = [
     "set_tags",
     "setup_tracking",
     "start_run",
+    "tracking_root",
 ]
 
 _MAX_PARAM = 6000
@@ -70,6 +71,13 @@ def default_tracking_uri(root: str | os.PathLike[str] = ".") -> str:
     return f"sqlite:///{Path(root, 'mlruns', 'mlflow.db').as_posix()}"
 
 
+def tracking_root(uri: str | None) -> Path:
+    """The directory :func:`setup_tracking` keeps dspy-for's own files in for ``uri`` (as it resolves it), worked
+    out without touching MLflow or the disk (a dry run reads the stored records there)."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    return Path(uri[len("sqlite:///") :]).parent if uri.startswith("sqlite:///") else Path("mlruns")
+
+
 def setup_tracking(uri: str | None, experiment: str) -> Path:
     """Point MLflow at ``uri`` (or $MLFLOW_TRACKING_URI, or the default store) and experiment ``experiment``;
     return the directory beside the store where dspy-for keeps its own files (``mlruns/`` by default).
@@ -80,12 +88,8 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
     import mlflow
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
-    artifact_root = None
-    root = Path("mlruns")
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///") :])
-        root = db.parent
-        artifact_root = (root / "artifacts").resolve().as_uri()
+    root = tracking_root(uri)
+    artifact_root = (root / "artifacts").resolve().as_uri() if uri.startswith("sqlite:///") else None
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".dspy_for_store.lock")):
         if uri.startswith("sqlite:///"):
