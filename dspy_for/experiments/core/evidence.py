@@ -22,7 +22,7 @@ from dspy_for.experiments.spec.checks import COMPILE_ROLE
 from dspy_for.experiments.spec.model import DatasetConfig, LMLike, MethodConfig, RunSpec
 from dspy_for.lm.pricing import PRICE_ATTR, Price, model_price
 
-__all__ = ["Evidence", "Found", "lm_name", "optimizer_lm_of", "price_of", "role_lm_of", "role_prices"]
+__all__ = ["Evidence", "Found", "found_in", "lm_name", "optimizer_lm_of", "price_of", "role_lm_of", "role_prices"]
 
 #: the roles of a compile's own LM calls (GEPA's reflections, MIPROv2's proposals, TextGrad's gradients and steps)
 OPTIMIZER_ROLES = frozenset({COMPILE_ROLE, "gradient"})
@@ -66,6 +66,8 @@ class Found:
     costs: list[ItemCost]
     source: str
     accuracy: float | None = None  # the share of scored items answered right, when they are records
+    #: ``own`` (the cell's records), ``elsewhere`` (another dataset or split), ``uncompiled`` (without its compile)
+    kind: str = "own"
 
 
 class Evidence:
@@ -132,7 +134,8 @@ class Evidence:
         best: Found | None = None
         for ds, sp in self._others(d):
             for path in self._files(ds, sp, m, ".jsonl"):
-                found = _found(ResultStore(path).load(repair=False).values(), f"{path.name.split('.')[0]} on {ds}/{sp}")
+                records = ResultStore(path).load(repair=False).values()
+                found = found_in(records, f"{path.name.split('.')[0]} on {ds}/{sp}", "elsewhere")
                 if found is not None and (best is None or len(found.costs) > len(best.costs)):
                     best = found
         return best
@@ -144,19 +147,19 @@ class Evidence:
             label = path.name.split(".")[0]
             if self._hidden(d, label):
                 continue
-            found = _found(ResultStore(path).load(repair=False).values(), f"{label} uncompiled on {d.name}/{d.split}")
+            records = ResultStore(path).load(repair=False).values()
+            found = found_in(records, f"{label} uncompiled on {d.name}/{d.split}", "uncompiled")
             if found is not None:
                 return found
         return None
 
     def compile_elsewhere(self, d: DatasetConfig, m: MethodConfig) -> tuple[ItemCost, float | None, str] | None:
-        """A stored compile of the same method and compile table on another dataset or split: its usage, seconds
-        and where it is."""
+        """A stored compile of the same method and compile table on another dataset or split: its usage, its calls'
+        seconds and where it is."""
         for ds, sp in self._others(d):
             for path in self._files(ds, sp, m, ".compiled.usage.json"):
                 usage = json.loads(path.read_text(encoding="utf-8"))
-                cost = path.with_name(path.name.replace(".usage.json", ".cost.json"))
-                seconds = json.loads(cost.read_text(encoding="utf-8")).get("seconds") if cost.is_file() else None
+                seconds = (usage.get("total") or {}).get("wall_time")  # its calls' seconds, cache hits included
                 return usage_cost(usage), seconds, f"{path.name.split('.')[0]}'s compile on {ds}/{sp}"
         return None
 
@@ -192,11 +195,12 @@ class Evidence:
         return [c for r, c in cost.items() if r in OPTIMIZER_ROLES and mine]
 
 
-def _found(records: Iterable[ItemResult], source: str) -> Found | None:
+def found_in(records: Iterable[ItemResult], source: str, kind: str) -> Found | None:
+    """Stored ``records`` as measurements (None when none is a scored record with usage)."""
     records = list(records)
     costs = item_costs(records)
     if not costs:
         return None
     scored = [r for r in records if not r.failed]
     accuracy = sum(r.score for r in scored) / len(scored) if scored else None
-    return Found(costs, f"{source} ({len(costs)} items)", accuracy)
+    return Found(costs, f"{source} ({len(costs)} items)", accuracy, kind)

@@ -13,6 +13,7 @@ early, so theirs are the most they can take (``bound``).
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -162,8 +163,9 @@ def plan_compare(spec: ExperimentSpec, items_dir: Path | None, exclude: Sequence
     notes: list[str] = []
     for d in spec.datasets:
         examples, error = _examples(d)
-        if examples is not None and spec.sequential and spec.max_items:
-            examples = examples[: spec.max_items]
+        if examples is not None and spec.sequential:  # the order sequential.seeded_order takes them in
+            random.Random(spec.seed).shuffle(examples)
+            examples = examples[: spec.max_items or None]
         cells += _cells(ev, d, spec.methods, examples, error)
     bound = ""
     if spec.sequential:
@@ -239,7 +241,7 @@ def _over(d: DatasetConfig, m: MethodConfig, step: Any, to_run: int, es: list[Ce
         if any(x is None for x in xs):
             return None
         got = [x for x in xs if x is not None]
-        source = got[0].source if len(got) == 1 else f"{got[0].source.split(' × ')[-1]}, over {corners} corners"
+        source = got[0].source if len(got) == 1 else f"options × default tokens, over {corners} corners of the space"
         return Estimate(sum(x.value for x in got) / len(got), min(x.low for x in got), max(x.high for x in got), source)
 
     calls, tokens = span([e.calls for e in es]), span([e.tokens for e in es])

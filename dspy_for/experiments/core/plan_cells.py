@@ -25,13 +25,14 @@ from dspy_for.experiments.core.estimates import (
     CellEstimates,
     Estimate,
     PerCall,
+    RoleCost,
     counted_estimates,
-    item_costs,
     sample_estimates,
 )
 from dspy_for.experiments.core.evidence import (
     Evidence,
     Found,
+    found_in,
     lm_name,
     optimizer_lm_of,
     price_of,
@@ -39,9 +40,10 @@ from dspy_for.experiments.core.evidence import (
     role_prices,
 )
 from dspy_for.experiments.core.records import record_key
-from dspy_for.experiments.methods import get_method, predictor_names
+from dspy_for.experiments.methods import COMPILE_KEYS, get_method, predictor_names
 from dspy_for.experiments.spec.checks import COMPILE_ROLE
 from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig
+from dspy_for.optimizers import COMPILERS
 
 __all__ = ["CellPlan", "compile_cell", "items_cell"]
 
@@ -102,7 +104,7 @@ def items_cell(
     units = _units(examples, ev.spec.epochs)
     stored = ev.stored(d, m)
     to_run = sum(1 for u in units if u not in stored)
-    found = _found(ev, d, m, stored)
+    found = _found(ev, d, m, stored, others)
     if not to_run:
         return _cell(d, m, "items", 0, len(units), CellEstimates.zero("every item is stored"))
     if found is None:
@@ -139,17 +141,75 @@ def _timed_calls(
     )
 
 
-def _found(ev: Evidence, d: DatasetConfig, m: MethodConfig, stored: dict[str, Any]) -> Found | None:
-    """The best stored records for ``m`` on ``d``: its own, the same method elsewhere, the method uncompiled."""
-    own = item_costs(stored.values())
-    if own:
-        scored = [r for r in stored.values() if not r.failed]
-        accuracy = sum(r.score for r in scored) / len(scored) if scored else None
-        return Found(own, f"this cell's records ({len(own)} items)", accuracy)
+def _found(
+    ev: Evidence, d: DatasetConfig, m: MethodConfig, stored: dict[str, Any], others: Sequence[MethodConfig]
+) -> Found | None:
+    """The best stored records for ``m`` on ``d``: its own, the same method elsewhere (:func:`rescaled`), the method
+    uncompiled (:func:`with_demos`)."""
+    own = found_in(stored.values(), "this cell's records", "own")
+    if own is not None:
+        return own
     found = ev.elsewhere(d, m)
-    if found is None and m.compile:
-        found = ev.uncompiled(d, m) or ev.elsewhere(d, replace(m, compile=None))
+    if found is not None:
+        return rescaled(ev, d, m, found, others)
+    if m.compile:
+        found = plain_found(ev, d, m, others)
+        return with_demos(found, demo_count(m)) if found is not None else None
+    return None
+
+
+def plain_found(ev: Evidence, d: DatasetConfig, m: MethodConfig, others: Sequence[MethodConfig]) -> Found | None:
+    """The records of ``m`` without its compile step: on ``d``, else elsewhere (:func:`rescaled`)."""
+    plain = replace(m, compile=None)
+    found = ev.uncompiled(d, m)
+    if found is None:
+        found = ev.elsewhere(d, plain)
+        found = rescaled(ev, d, plain, found, others) if found is not None else None
     return found
+
+
+def demo_count(m: MethodConfig) -> int:
+    """The demos ``m``'s compile step puts in each predictor's prompt (its compiler's demo settings; 0: none)."""
+    table = dict(m.compile or {})
+    kind = table.get("kind")
+    if kind not in ("bootstrap", "mipro_fewshot"):
+        return 0
+    build, _ = COMPILERS[kind].split({k: v for k, v in table.items() if k not in COMPILE_KEYS})
+    return int(build.get("max_bootstrapped_demos", 4)) + int(build.get("max_labeled_demos", 0))
+
+
+def with_demos(found: Found, demos: int) -> Found:
+    """The uncompiled program's records with ``demos`` demos in every call's prompt, each about a call's completion
+    and a quarter of its prompt (its question: a rule fit on this project's CoT on GSM8K and BBH object counting)."""
+    if not demos:
+        return found
+
+    def grown(c: RoleCost) -> RoleCost:
+        demo = (c.completion + c.prompt / 4) / c.calls if c.calls else 0.0
+        return replace(c, prompt=c.prompt + c.calls * demos * demo)
+
+    costs = [{r: grown(c) for r, c in cost.items()} for cost in found.costs]
+    return replace(found, costs=costs, source=f"{found.source} with {demos} demos a prompt")
+
+
+def rescaled(ev: Evidence, d: DatasetConfig, m: MethodConfig, found: Found, others: Sequence[MethodConfig]) -> Found:
+    """Records from another dataset or split: their calls per item, at the tokens and seconds per call the run's other
+    cells measured for each role's LM on ``d`` (when every role's LM was measured here; else as they are)."""
+    per: dict[str, PerCall] = {}
+    for r in {r for cost in found.costs for r in cost}:
+        measured = ev.lm_calls(d, others, lm_name(role_lm_of(ev.spec, m, r)), optimizer=False)
+        if measured is None:
+            return found
+        per[r] = measured
+
+    def here(r: str, c: RoleCost) -> RoleCost:
+        p = per[r]
+        seconds = None if p.seconds is None else c.calls * p.seconds
+        return RoleCost(c.calls, c.calls * p.prompt, c.calls * p.completion, seconds)
+
+    costs = [{r: here(r, c) for r, c in cost.items()} for cost in found.costs]
+    sources = "; ".join(sorted({p.source for p in per.values()}))
+    return replace(found, costs=costs, source=f"{found.source}: its calls per item × {sources}")
 
 
 def options_estimates(
@@ -189,7 +249,7 @@ def compile_cell(
     except (DspyForError, OSError) as exc:
         return failed_cell(d, m, "compile", f"{type(exc).__name__}: {exc}")
     plain = replace(m, compile=None)
-    found = ev.uncompiled(d, m) or ev.elsewhere(d, plain)
+    found = plain_found(ev, d, m, others)
     own = {k: v for k, v in cfg.items() if k != "kind"}
     work = compile_work(
         kind,
