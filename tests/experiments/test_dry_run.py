@@ -6,13 +6,10 @@ advise and sweep; and a dry run builds no LM, opens no MLflow run and calls noth
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-import dspy
 import pytest
 
-import dspy_for.experiments.core.prepare as prepare_mod
 from dspy_for.datasets import load_dataset
 from dspy_for.experiments import advise, compare, sweep
 from dspy_for.experiments.core.plan import RunPlan
@@ -54,22 +51,6 @@ def stored(install_scripted_lm, tmp_path):
     return lm, result
 
 
-@pytest.fixture
-def no_lm_no_run(monkeypatch):
-    """Building an LM, starting a process or an MLflow run fails the test."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a dry run must build no LM, start no process and open no MLflow run")
-
-    import mlflow
-
-    monkeypatch.setattr(prepare_mod, "make_lm", refuse)
-    monkeypatch.setattr(dspy.BaseLM, "__init__", refuse)
-    monkeypatch.setattr(subprocess, "Popen", refuse)
-    monkeypatch.setattr(mlflow, "start_run", refuse)
-    monkeypatch.setattr(mlflow, "set_tracking_uri", refuse)
-
-
 def _per_item(result, label):
     items = result.results["gsm8k"][label].items
     calls = [i.usage["total"]["calls"] for i in items]
@@ -78,7 +59,7 @@ def _per_item(result, label):
 
 
 def test_stored_records_plan_nothing_to_run_and_grown_items_at_their_measured_cost(stored, tmp_path, no_lm_no_run):
-    lm, result = stored
+    _, result = stored
     plan = compare(_config(tmp_path), dry_run=True)
     assert isinstance(plan, RunPlan) and plan.ok and plan.to_run == 0 and plan.stored == 6
     assert plan.total("calls") is not None and plan.total("calls").value == 0
@@ -95,7 +76,6 @@ def test_stored_records_plan_nothing_to_run_and_grown_items_at_their_measured_co
 
 
 def test_a_method_without_records_is_counted_from_its_options_at_the_lms_measured_calls(stored, tmp_path):
-    _, result = stored
     extra = '[[methods]]\nname = "for"\nlabel = "for_n2"\noptions = { rounds = 2, host = false }\n'
     plan = compare(_config(tmp_path, extra=extra), dry_run=True)
     cell = next(c for c in plan.cells if c.label == "for_n2")
@@ -171,9 +151,9 @@ def test_advise_gives_the_bound(tmp_path, no_lm_no_run):
 def test_a_sweep_gives_one_trials_range_over_its_space_and_n_trials(tmp_path, no_lm_no_run):
     config = tmp_path / "s.toml"
     config.write_text(
-        'method = "for"\nlm = "openai/fake-model"\nn_trials = 7\nstorage = "sqlite:///%s/s.db"\n'
+        f'method = "for"\nlm = "openai/fake-model"\nn_trials = 7\nstorage = "sqlite:///{tmp_path}/s.db"\n'
         '[dataset]\nname = "gsm8k"\nsplit = "sample"\nfirst = 2\n'
-        '[search.rounds]\ntype = "int"\nlow = 0\nhigh = 3\n' % tmp_path
+        '[search.rounds]\ntype = "int"\nlow = 0\nhigh = 3\n'
     )
     plan = sweep(config, dry_run=True)
     assert isinstance(plan, RunPlan) and plan.trials == 7 and plan.to_run == 14
