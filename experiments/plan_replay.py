@@ -37,7 +37,7 @@ def measured_items(path: Path, keys: set[str]) -> dict[str, float | None] | None
     costs = item_costs(records)
     if len(costs) < len(keys):
         return None
-    cached = any(c.seconds is None for cost in costs for c in cost.values())
+    cached = any(r.usage.get("total", {}).get("cached_calls", 0) for r in records)
     return {
         "calls": sum(c.calls for cost in costs for c in cost.values()),
         "tokens": sum(c.tokens for cost in costs for c in cost.values()),

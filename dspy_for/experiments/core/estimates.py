@@ -5,10 +5,11 @@ averages of an LM (:class:`PerCall`).
 Records give a cell's cost per item; ``n`` new items cost about ``n`` times their mean, within a 90% prediction
 interval for a sum of ``n`` draws (``mean ± 1.645·sd·√(n + n²/m)`` over ``m`` stored items). A count of calls per item
 from a method's options (its registry entry's ``calls``) times an LM's measured tokens per call, or a default token
-count, gives the range of those counts. Every estimate is of a cold run: calls a cache answers cost nothing and take
-no time, and a stored record answered from the cache says nothing of the time a call takes (its seconds are left
-out of the estimate). Tokens are prompt + completion; dollars are each role's tokens at the price the run gives that
-role's LM (None, never $0, when one is not priced); LM time is the seconds the calls take one after another.
+count, gives the range of those counts. Every estimate is of a cold run: calls a cache will answer are not known in
+advance, so none is assumed. A stored call the cache answered took next to no time: a record's seconds are those of
+its other calls, scaled to all of them (none when the cache answered every call). Tokens are prompt + completion;
+dollars are each role's tokens at the price the run gives that role's LM (None, never $0, when one is not priced);
+LM time is the seconds the calls take one after another.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def sum_estimates(parts: Iterable[Estimate | None], source: str) -> Estimate | N
 @dataclass(frozen=True)
 class RoleCost:
     """One role's calls on one item: how many, their prompt and completion tokens (cache hits at their original
-    size: what a cold call costs) and seconds (None: a cache answered some of them, so their time says nothing)."""
+    size: what a cold call costs) and seconds (as if none were a cache hit; None: the cache answered every one)."""
 
     calls: float
     prompt: float
@@ -89,13 +90,17 @@ ItemCost = Mapping[str, RoleCost]
 
 
 def _role_cost(counters: Mapping[str, Any]) -> RoleCost:
-    cached = float(counters.get("cached_calls", 0) or 0)
+    """One role's counters; its seconds those of its calls the cache did not answer, scaled to every call (a cache hit
+    takes next to no time), None when the cache answered them all."""
+    calls = float(counters.get("calls", 0) or 0)
+    cold = calls - float(counters.get("cached_calls", 0) or 0)
+    wall = float(counters.get("wall_time", 0.0) or 0.0)
     return RoleCost(
-        calls=float(counters.get("calls", 0) or 0),
+        calls=calls,
         prompt=float(counters.get("prompt_tokens", 0) or 0) + float(counters.get("cached_prompt_tokens", 0) or 0),
         completion=float(counters.get("completion_tokens", 0) or 0)
         + float(counters.get("cached_completion_tokens", 0) or 0),
-        seconds=None if cached else float(counters.get("wall_time", 0.0) or 0.0),
+        seconds=wall * calls / cold if cold > 0 else None if calls else 0.0,
     )
 
 

@@ -262,6 +262,8 @@ def compile_cell(
     if found is not None:
         prices = role_prices(ev.spec, plain, {r for cost in found.costs for r in cost})
         per_run = _mean(sample_estimates(found.costs, 1, prices, found.source))
+        if per_run.seconds is None:
+            per_run = replace(per_run, seconds=_timed_calls(ev, d, plain, found, others, per_run.calls))
     else:
         per_run = options_estimates(ev, d, plain, others, 1)
     source = f"{kind} settings × {per_run.calls.source}"
