@@ -81,7 +81,7 @@ def test_a_method_without_records_is_counted_from_its_options_at_the_lms_measure
     cell = next(c for c in plan.cells if c.label == "for_n2")
     declared = get_method("for").calls_per_item({"rounds": 2, "host": False})
     assert declared == {"defender": (1, 3), "debater": (2, 4), "host": (0, 0)}
-    assert cell.to_run == 3 and cell.source.startswith("for's options × fake-model's calls in cot, for_n1 on gsm8k")
+    assert cell.to_run == 3 and cell.source == "for's options × calls measured in for_n1 on gsm8k/sample"
     assert (cell.calls.low, cell.calls.high) == (3 * 3, 3 * 2 * 7)  # fewest (1 + 2), most twice (3 + 4)
     assert cell.seconds is not None and cell.seconds.value > 0  # the scripted calls' measured seconds
 

@@ -182,6 +182,7 @@ class PerCall:
     completion: float
     seconds: float | None
     source: str
+    cells: tuple[str, ...] = ()  # the cells whose records measured it (none: a default)
 
     @property
     def tokens(self) -> float:
@@ -192,8 +193,8 @@ class PerCall:
 DEFAULT_CALL = PerCall(prompt=400.0, completion=200.0, seconds=None, source="default tokens")
 
 
-def per_call(costs: Iterable[RoleCost], source: str) -> PerCall | None:
-    """The average call of ``costs`` (one LM's roles across items); None without a call."""
+def per_call(costs: Iterable[RoleCost], source: str, cells: Sequence[str] = ()) -> PerCall | None:
+    """The average call of ``costs`` (one LM's roles across items, measured in ``cells``); None without a call."""
     costs = list(costs)
     calls = sum(c.calls for c in costs)
     if not calls:
@@ -202,7 +203,7 @@ def per_call(costs: Iterable[RoleCost], source: str) -> PerCall | None:
     timed_calls = sum(c.calls for c in timed)
     seconds = sum(c.seconds or 0.0 for c in timed) / timed_calls if timed_calls else None
     prompt = sum(c.prompt for c in costs) / calls
-    return PerCall(prompt, sum(c.completion for c in costs) / calls, seconds, source)
+    return PerCall(prompt, sum(c.completion for c in costs) / calls, seconds, source, tuple(cells))
 
 
 def counted_estimates(

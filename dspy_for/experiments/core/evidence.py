@@ -163,11 +163,21 @@ class Evidence:
                 return usage_cost(usage), seconds, f"{path.name.split('.')[0]}'s compile on {ds}/{sp}"
         return None
 
+    def role_calls(
+        self, d: DatasetConfig, methods: Iterable[MethodConfig], m: MethodConfig, role: str
+    ) -> PerCall | None:
+        """The average call of ``role``'s LM (as ``m`` gives it) in ``methods``' records on ``d``: that role's calls
+        when some are stored, else any role's on that LM."""
+        lm, methods = lm_name(role_lm_of(self.spec, m, role)), list(methods)
+        return self.lm_calls(d, methods, lm, optimizer=False, role=role) or self.lm_calls(
+            d, methods, lm, optimizer=False
+        )
+
     def lm_calls(
-        self, d: DatasetConfig, methods: Iterable[MethodConfig], lm: str, *, optimizer: bool
+        self, d: DatasetConfig, methods: Iterable[MethodConfig], lm: str, *, optimizer: bool, role: str | None = None
     ) -> PerCall | None:
         """``lm``'s average call in ``methods``' stored records on ``d`` (``optimizer``: in their stored compiles'
-        own calls instead), the cells of ``exclude`` left out."""
+        own calls instead; ``role``: only that role's calls), the cells of ``exclude`` left out."""
         roles: list[RoleCost] = []
         labels: list[str] = []
         for m in methods:
@@ -178,12 +188,14 @@ class Evidence:
                 roles += self._compile_roles(d, m, lm)
             else:
                 for cost in item_costs(self.stored(d, m).values()):
-                    roles += [c for r, c in cost.items() if lm_name(role_lm_of(self.spec, m, r)) == lm]
+                    roles += [
+                        c for r, c in cost.items() if role in (None, r) and lm_name(role_lm_of(self.spec, m, r)) == lm
+                    ]
             if len(roles) > before:
                 labels.append(m.label)
-        what = "compile calls" if optimizer else "calls"
+        what = "compile calls" if optimizer else f"{role} calls" if role else "calls"
         cells = ", ".join(labels) if len(labels) <= 3 else f"{len(labels)} cells"
-        return per_call(roles, f"{lm.split('/')[-1]}'s {what} in {cells} on {d.name}/{d.split}")
+        return per_call(roles, f"{lm.split('/')[-1]}'s {what} in {cells} on {d.name}/{d.split}", labels)
 
     def _compile_roles(self, d: DatasetConfig, m: MethodConfig, lm: str) -> list[RoleCost]:
         path = self.cached_compile(d, m) if m.compile else None

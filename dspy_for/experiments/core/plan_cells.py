@@ -10,7 +10,7 @@ per call."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -24,6 +24,7 @@ from dspy_for.experiments.core.estimates import (
     DEFAULT_CALL,
     CellEstimates,
     Estimate,
+    ItemCost,
     PerCall,
     RoleCost,
     counted_estimates,
@@ -36,7 +37,6 @@ from dspy_for.experiments.core.evidence import (
     lm_name,
     optimizer_lm_of,
     price_of,
-    role_lm_of,
     role_prices,
 )
 from dspy_for.experiments.core.records import record_key
@@ -125,7 +125,7 @@ def _timed_calls(
     sources = []
     for r in {r for cost in found.costs for r in cost}:
         mean_calls = sum(cost[r].calls for cost in found.costs if r in cost) / len(found.costs)
-        per = ev.lm_calls(d, others, lm_name(role_lm_of(ev.spec, m, r)), optimizer=False)
+        per = ev.role_calls(d, others, m, r)
         if mean_calls and (per is None or per.seconds is None):
             return None
         if per is not None and per.seconds is not None:
@@ -188,7 +188,7 @@ def with_demos(found: Found, demos: int) -> Found:
         demo = (c.completion + c.prompt / 4) / c.calls if c.calls else 0.0
         return replace(c, prompt=c.prompt + c.calls * demos * demo)
 
-    costs = [{r: grown(c) for r, c in cost.items()} for cost in found.costs]
+    costs: list[ItemCost] = [{r: grown(c) for r, c in cost.items()} for cost in found.costs]
     return replace(found, costs=costs, source=f"{found.source} with {demos} demos a prompt")
 
 
@@ -197,7 +197,7 @@ def rescaled(ev: Evidence, d: DatasetConfig, m: MethodConfig, found: Found, othe
     cells measured for each role's LM on ``d`` (when every role's LM was measured here; else as they are)."""
     per: dict[str, PerCall] = {}
     for r in {r for cost in found.costs for r in cost}:
-        measured = ev.lm_calls(d, others, lm_name(role_lm_of(ev.spec, m, r)), optimizer=False)
+        measured = ev.role_calls(d, others, m, r)
         if measured is None:
             return found
         per[r] = measured
@@ -207,9 +207,8 @@ def rescaled(ev: Evidence, d: DatasetConfig, m: MethodConfig, found: Found, othe
         seconds = None if p.seconds is None else c.calls * p.seconds
         return RoleCost(c.calls, c.calls * p.prompt, c.calls * p.completion, seconds)
 
-    costs = [{r: here(r, c) for r, c in cost.items()} for cost in found.costs]
-    sources = "; ".join(sorted({p.source for p in per.values()}))
-    return replace(found, costs=costs, source=f"{found.source}: its calls per item × {sources}")
+    costs: list[ItemCost] = [{r: here(r, c) for r, c in cost.items()} for cost in found.costs]
+    return replace(found, costs=list(costs), source=f"{found.source}: its calls per item × {measured_calls(d, per)}")
 
 
 def options_estimates(
@@ -220,11 +219,22 @@ def options_estimates(
     calls = {r: (float(lo), (lo + hi) / 2, 2.0 * hi) for r, (lo, hi) in declared.items()}
     per: dict[str, PerCall] = {}
     for r in calls:
-        measured = ev.lm_calls(d, others, lm_name(role_lm_of(ev.spec, m, r)), optimizer=False)
+        measured = ev.role_calls(d, others, m, r)
         per[r] = measured or DEFAULT_CALL
-    sources = sorted({p.source for p in per.values()})
-    source = f"{m.name}'s options × " + ("; ".join(sources) if sources else "default tokens")
+    source = f"{m.name}'s options × " + measured_calls(d, per)
     return counted_estimates(calls, per, role_prices(ev.spec, m, calls), n, source)
+
+
+def measured_calls(d: DatasetConfig, per: Mapping[str, PerCall]) -> str:
+    """Where the calls' tokens and seconds come from: the cells that measured them on ``d``, or the default."""
+    cells = sorted({c for p in per.values() for c in p.cells})
+    defaults = sorted(r for r, p in per.items() if not p.cells)
+    measured = (
+        "" if not cells else "calls measured in " + (", ".join(cells) if len(cells) <= 3 else f"{len(cells)} cells")
+    )
+    if measured and defaults:
+        return f"{measured} on {d.name}/{d.split}; default tokens for {', '.join(defaults)}"
+    return f"{measured} on {d.name}/{d.split}" if measured else "default tokens"
 
 
 def compile_cell(
@@ -273,9 +283,10 @@ def compile_cell(
         name = lm_name(lm)
         per = ev.lm_calls(d, others, name, optimizer=True) or ev.lm_calls(d, others, name, optimizer=False)
         per = per or DEFAULT_CALL
+        where = measured_calls(d, {COMPILE_ROLE: per})
         price = {COMPILE_ROLE: price_of(ev.spec, lm, COMPILE_ROLE)}
-        optimizer = counted_estimates({COMPILE_ROLE: work.optimizer}, {COMPILE_ROLE: per}, price, 1, per.source)
-        e = plus(e, optimizer, f"{source}; optimizer calls × {per.source}")
+        optimizer = counted_estimates({COMPILE_ROLE: work.optimizer}, {COMPILE_ROLE: per}, price, 1, where)
+        e = plus(e, optimizer, f"{source}; optimizer calls × {per.source if per.cells else where}")
     return _cell(d, m, "compile", 1, 0, e, note=f"{kind}: {work.what}")
 
 
