@@ -167,11 +167,16 @@ class Evidence:
         self, d: DatasetConfig, methods: Iterable[MethodConfig], m: MethodConfig, role: str
     ) -> PerCall | None:
         """The average call of ``role``'s LM (as ``m`` gives it) in ``methods``' records on ``d``: that role's calls
-        when some are stored, else any role's on that LM."""
+        when some are stored, else any role's on that LM (and their seconds when the cache answered every one of the
+        role's)."""
         lm, methods = lm_name(role_lm_of(self.spec, m, role)), list(methods)
-        return self.lm_calls(d, methods, lm, optimizer=False, role=role) or self.lm_calls(
-            d, methods, lm, optimizer=False
-        )
+        own = self.lm_calls(d, methods, lm, optimizer=False, role=role)
+        if own is not None and own.seconds is not None:
+            return own
+        any_role = self.lm_calls(d, methods, lm, optimizer=False)
+        if own is None or any_role is None:
+            return own or any_role
+        return replace(own, seconds=any_role.seconds)
 
     def lm_calls(
         self, d: DatasetConfig, methods: Iterable[MethodConfig], lm: str, *, optimizer: bool, role: str | None = None
