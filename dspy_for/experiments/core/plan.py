@@ -25,6 +25,7 @@ from dspy_for.errors import DspyForError
 from dspy_for.experiments.core.estimates import CellEstimates, Estimate, sum_estimates
 from dspy_for.experiments.core.evidence import Evidence
 from dspy_for.experiments.core.plan_cells import CellPlan, compile_cell, failed_cell, items_cell, options_estimates
+from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, load_examples
 
 __all__ = ["CellPlan", "CostStop", "RunPlan", "plan_advise", "plan_compare", "plan_sweep"]
@@ -186,8 +187,6 @@ def plan_compare(spec: ExperimentSpec, items_dir: Path | None, exclude: Sequence
 
 
 def _sized(m: MethodConfig) -> bool:
-    from dspy_for.experiments.methods import get_method
-
     return get_method(m.name).sized is not None
 
 
@@ -201,7 +200,9 @@ def plan_advise(spec: ExperimentSpec, examples: list[dspy.Example], items_dir: P
         f"advise stops once its recommendation is resolved (after a pilot of {min(pilot, len(examples))} items per "
         "candidate): this is the most it takes, every candidate on every item"
     )
-    notes = ["a budget sizes k and N from the pilot's measured cost: estimated here at each candidate's options"]
+    notes = [
+        "with a budget, k and N are sized from the pilot's measured cost: estimated here at each candidate's options"
+    ]
     return RunPlan("advise", cells, spec.num_threads, spec.max_cost, bound=bound, notes=notes)
 
 
@@ -215,10 +216,11 @@ def plan_sweep(spec: Any) -> RunPlan:
     ev = Evidence(spec, None)
     first = corners[0]
     if examples is None:
-        cells = [failed_cell(d, first, "items", error or "no items")]
+        cells = [failed_cell(d, corners[0], "items", error or "no items")]
         return RunPlan("sweep", cells, spec.num_threads, spec.max_cost, trials=spec.n_trials)
     n = len(examples) * spec.epochs
     label = "trial" if len(corners) > 1 else first.label
+    first = replace(first, name=", ".join(spec.methods))  # (a row's method: every method the sweep searches)
     items = [options_estimates(ev, d, m, [], n) for m in corners]
     cells = [_over(d, replace(first, label=label), "items", n, items, len(corners))]
     if spec.compile is not None:
