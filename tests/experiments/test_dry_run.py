@@ -15,6 +15,7 @@ from dspy_for.experiments import advise, compare, sweep
 from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.reports.plan import plan_lines, plan_text
+from dspy_for.experiments.sequential import seeded_order
 from dspy_for.testing import for_responder
 
 CONFIG = """
@@ -186,3 +187,13 @@ def test_scripted_runs_make_calls_within_their_declared_range(install_scripted_l
                 if role != "total":
                     lo, hi = declared[role]
                     assert lo <= counters["calls"] <= 2 * hi, (name, role, counters["calls"], declared[role])
+
+
+def test_a_sequential_comparison_plans_its_bound_in_its_seeded_order(stored, tmp_path):
+    plan = compare(_config(tmp_path, first=5), sequential=True, max_items=4, dry_run=True)
+    assert plan.bound.startswith("a sequential comparison stops once every method is resolved")
+    # the first 4 items of the run's seeded order over the first 5: those of the 3 stored among them are reused
+    examples = load_dataset("gsm8k", "sample")[:5]
+    order = seeded_order(examples, 0)[:4]
+    new = sum(1 for ex in order if ex not in examples[:3])
+    assert [(c.to_run, c.stored) for c in plan.cells] == [(new, 4 - new)] * 2

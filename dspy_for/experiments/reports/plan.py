@@ -37,7 +37,7 @@ def _count(x: float) -> str:
 
 
 def _usd(x: float) -> str:
-    return money(x, decimals=4)
+    return money(x)
 
 
 def estimate_text(e: Estimate | None, f: Callable[[float], str] = _count, missing: str = "-") -> str:
