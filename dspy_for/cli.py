@@ -172,7 +172,7 @@ def compare(
     for table in rich_tables(result):
         print_whole(table)
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}")
-    _browse(result.run_id, settings)
+    _browse(result.run_id, result.spec.tracking_uri)
     what = f"{result.n_failed} item(s) failed" + (
         f", {result.judge_errors} not graded by the judge" if result.judge_errors else ""
     )
@@ -317,7 +317,7 @@ def advise(
     for line in advice_lines(result, spend=False):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}", soft_wrap=True, markup=False)
-    _browse(result.run_id, settings)
+    _browse(result.run_id, result.spec.tracking_uri)
     errors = result.n_failed or result.could_not_run
     what = f"{result.n_failed} item(s) failed, {len(result.could_not_run)} method(s) could not run."
     finish(result, [], what if errors else "")
@@ -332,8 +332,8 @@ def _print_plan(plan: RunPlan) -> None:
         raise typer.Exit(code=1)
 
 
-def _browse(run_id: str | None, settings: dict[str, Any]) -> None:
-    uri = settings.get("tracking_uri")
+def _browse(run_id: str | None, uri: str | None) -> None:
+    """Where the run can be browsed: the tracking URI it was written to (a flag's, or its config's)."""
     browse = "dspy-for ui" + (f" --tracking-uri {uri}" if uri else "")
     console.print(f"MLflow run {run_id}; browse with: {browse}", soft_wrap=True, markup=False)
 

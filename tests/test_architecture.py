@@ -30,16 +30,17 @@ FLOORS: dict[str, int] = {
     "dspy_for.experiments.core": 5,
     "dspy_for.experiments.tracking": 6,
     "dspy_for.experiments.reports": 6,
-    "dspy_for.experiments.sequential": 7,
-    "dspy_for.experiments.comparison": 7,
-    "dspy_for.experiments.sweeps": 7,
-    "dspy_for.experiments.advisor": 8,
-    "dspy_for.experiments": 9,  # the package's face: re-exports only
-    "dspy_for.render": 10,
-    "dspy_for.cli_common": 10,
-    "dspy_for.cli_models": 10,
-    "dspy_for.cli": 11,
-    "dspy_for": 12,  # the package's face
+    "dspy_for.experiments.session": 7,  # one run from its spec to its outcome: every command drives it
+    "dspy_for.experiments.sequential": 8,
+    "dspy_for.experiments.comparison": 8,
+    "dspy_for.experiments.sweeps": 8,
+    "dspy_for.experiments.advisor": 9,
+    "dspy_for.experiments": 10,  # the package's face: re-exports only
+    "dspy_for.render": 11,
+    "dspy_for.cli_common": 11,
+    "dspy_for.cli_models": 11,
+    "dspy_for.cli": 12,
+    "dspy_for": 13,  # the package's face
 }
 
 

@@ -168,7 +168,7 @@ def sweep_dataset_defaults(tmp_path: Path) -> dict[str, Any]:
 
 def compile_keys() -> dict[str, Any]:
     """The keys the compile step reads from a method's ``compile`` table, with the defaults it pops them with."""
-    source = inspect.getsource(compile_step.compile_for_run) + inspect.getsource(compile_step.compile_sets)
+    source = inspect.getsource(compile_step.compile_for_run)
     keys: dict[str, Any] = {"kind": REQUIRED}
     for key, default in re.findall(r'cfg\.pop\("(\w+)"(?:, ([^)]*))?\)', source):
         if key != "kind":

@@ -18,20 +18,17 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import dspy
 
 from dspy_for.datasets import content_key
-from dspy_for.experiments.core import Evaluation, Feed, MethodResult, PreparedRun, ResultStore, feed_together
-from dspy_for.experiments.core.spend import SpendLimit
+from dspy_for.experiments.core import MethodResult
+from dspy_for.experiments.session import OpenCell, Session
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.tracking import store
-from dspy_for.experiments.tracking.sink import MlflowSink
 from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
 
 __all__ = ["BaselinePair", "log_outcomes", "outcome_rows", "paired_sequence", "run_sequential", "seeded_order"]
@@ -72,52 +69,37 @@ def paired_sequence(a: MethodResult, b: MethodResult, order: Sequence[dspy.Examp
     return [(mine[k], theirs[k]) for k in keys if k in mine and k in theirs]
 
 
-def run_sequential(
-    spec: ExperimentSpec,
-    runs: dict[str, PreparedRun],
-    child_runs: dict[str, str],
-    items_dir: Path,
-    limit: SpendLimit | None = None,
-) -> tuple[dict[str, MethodResult], list[BaselinePair]]:
-    """Run ``runs`` (by label; the baseline among them) sequentially on one dataset (see the module docstring).
-    ``child_runs``: each method's MLflow run, which streams its items and is ended by the caller. Each batch runs
-    its methods side by side on the run's threads; ``limit`` (``max_cost``) stops starting items once reached."""
-    baseline = spec.baseline or next(iter(runs))
-    base_run = runs[baseline]
+def run_sequential(session: Session, cells: dict[str, OpenCell]) -> tuple[dict[str, MethodResult], list[BaselinePair]]:
+    """Run ``cells`` (open in ``session``, by label; the baseline among them) sequentially on one dataset (see the
+    module docstring). Each batch runs its methods side by side through the session's one loop, under its
+    ``max_cost``; the caller closes the cells."""
+    spec = session.spec
+    assert isinstance(spec, ExperimentSpec)
+    baseline = spec.baseline or next(iter(cells))
+    base_run = cells[baseline].run
     order = seeded_order(base_run.examples, spec.seed)[: spec.max_items or None]
-    others = [label for label in runs if label != baseline]
+    others = [label for label in cells if label != baseline]
     alpha = split_alpha(spec.alpha, len(others))
     kind = value_kind(spec.epochs, spec.reducer)
     tests = {label: PairedSequentialTest(kind=kind, alpha=alpha) for label in others}
     fed = {label: 0 for label in others}  # paired items already given to each test
     open_: set[str] = set(others)
-    with ExitStack() as stack:
-        evaluations: dict[str, Evaluation] = {}
-        for label, run in runs.items():
-            results = stack.enter_context(
-                ResultStore.in_dir(items_dir, run.dataset.name, run.dataset.split, label, run.key).exclusive()
-            )
-            sink = MlflowSink(run, child_runs[label], end_run=False)
-            evaluations[label] = stack.enter_context(
-                Evaluation(run, store=results, sinks=[sink], origin=child_runs[label])
-            )
-        for start in range(0, len(order), spec.batch_size):
-            batch = order[start : start + spec.batch_size]
-            feeds = [Feed(evaluations[label], batch) for label in [baseline, *sorted(open_)]]
-            feed_together(feeds, num_threads=spec.num_threads, limit=limit)
-            seen = order[: start + len(batch)]
-            for label in sorted(open_):
-                pairs = paired_sequence(evaluations[label].result, evaluations[baseline].result, seen)
-                tests[label].extend(pairs[fed[label] :])  # the new pairs, in order
-                fed[label] = len(pairs)
-                if tests[label].result.resolved:
-                    open_.discard(label)
-            if not open_ or _spent(evaluations) >= (spec.max_total_tokens or float("inf")):
-                break
-            if limit is not None and limit.reached:
-                limit.not_started += sum(len(order) - start - len(batch) for _ in [baseline, *open_])
-                break
-        results_by_label = {label: _in_data_order(ev.result, base_run.examples) for label, ev in evaluations.items()}
+    for start in range(0, len(order), spec.batch_size):
+        batch = order[start : start + spec.batch_size]
+        session.feed([cells[label] for label in [baseline, *sorted(open_)]], batch)
+        seen = order[: start + len(batch)]
+        for label in sorted(open_):
+            pairs = paired_sequence(cells[label].result, cells[baseline].result, seen)
+            tests[label].extend(pairs[fed[label] :])  # the new pairs, in order
+            fed[label] = len(pairs)
+            if tests[label].result.resolved:
+                open_.discard(label)
+        if not open_ or _spent(cells) >= (spec.max_total_tokens or float("inf")):
+            break
+        if session.out_of_money:
+            session.leave_out(sum(len(order) - start - len(batch) for _ in [baseline, *open_]))
+            break
+    results_by_label = {label: _in_data_order(c.result, base_run.examples) for label, c in cells.items()}
     dataset = base_run.dataset.name
     outcomes = [BaselinePair(dataset, label, baseline, tests[label].result) for label in others]
     return results_by_label, outcomes
@@ -131,10 +113,10 @@ def _in_data_order(result: MethodResult, examples: Sequence[dspy.Example]) -> Me
     return replace(result, items=items)
 
 
-def _spent(evaluations: dict[str, Evaluation]) -> float:
+def _spent(cells: dict[str, OpenCell]) -> float:
     """Tokens the methods have served so far (what a cold run costs: spent plus served from cache), failed items
     included."""
-    totals = (i.usage.get("total", {}) for ev in evaluations.values() for i in ev.result.items)
+    totals = (i.usage.get("total", {}) for c in cells.values() for i in c.result.items)
     return float(sum(t.get("tokens", 0) + t.get("cached_tokens", 0) for t in totals))
 
 

@@ -16,6 +16,7 @@ from dspy_for.lm.factory import (
     resolve_lm,
     with_transport,
 )
+from dspy_for.lm.server import model_label
 from dspy_for.lm.usage import CallRecord, Usage, current_role, role, track_usage
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "is_reasoning_model",
     "lm_defaults",
     "make_lm",
+    "model_label",
     "resolve_lm",
     "role",
     "track_usage",

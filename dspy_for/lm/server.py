@@ -46,13 +46,14 @@ from filelock import FileLock
 
 from dspy_for.errors import ConfigError, ServerError, require
 from dspy_for.lm.prompt_cache import DEFAULT_PROMPT_CACHE_BYTES, PROMPT_CACHE_CHUNK
-from dspy_for.lm.registry import get_model, model_path
+from dspy_for.lm.registry import get_model, list_models, model_path
 
 __all__ = [
     "ServerInfo",
     "alias_for",
     "ensure_server",
     "healthy",
+    "model_label",
     "release_server",
     "server_command",
     "server_dir",
@@ -94,6 +95,20 @@ def alias_for(name: str, prompt_cache: bool = False) -> str:
     with the prompt cache also ``-pc<chunk>``, so DSPy's response cache never mixes the two servers' answers."""
     alias = f"{name}-{get_model(name).sha256[:12]}"
     return f"{alias}-pc{PROMPT_CACHE_CHUNK}" if prompt_cache else alias
+
+
+def model_label(model: str) -> str:
+    """An LM's model name as a user wrote it: the local server's route (``hosted_vllm/<alias>``, what DSPy and the
+    records name) back to ``local/<name>`` (``local/<name> (prompt cache)`` for that server); any other unchanged.
+    For what is shown only: records, keys and costs keep the route, which names the model file too."""
+    route, _, alias = model.partition("/")
+    if route != "hosted_vllm" or not alias:
+        return model
+    for entry in list_models():
+        for cached in (False, True):
+            if alias == alias_for(entry.name, prompt_cache=cached):
+                return f"local/{entry.name}" + (" (prompt cache)" if cached else "")
+    return model
 
 
 def _paths(name: str, prompt_cache: bool = False) -> tuple[Path, Path, Path]:

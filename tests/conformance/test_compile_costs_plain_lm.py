@@ -19,7 +19,7 @@ from typing import Any
 
 import dspy
 import pytest
-from conftest import CANARY_KEY
+from conftest import CANARY_KEY, output_fields, signature_responder
 from typer.testing import CliRunner
 
 from dspy_for.cli import app
@@ -212,3 +212,79 @@ def test_advise_bad_volume_combinations_exit_2_before_any_request(task, tmp_path
     assert out.exit_code == 2, out.output
     assert message in _flat(out.output)
     assert task.requests == []
+
+
+def test_a_compare_whose_every_answer_is_wrong_with_a_compiled_method_exits_0_with_its_table(task, tmp_path):
+    """No correct answer: no cost per correct answer to plot (a log scale of nothing once failed the run after its
+    last item); the table, the break-even lines and the MLflow runs stand, and the exit code is the items'."""
+    task.responder = signature_responder(answer="-1")  # every sum wrong
+    args = [a.replace(MODEL, "my-model") for a in _compare_args(task, tmp_path)]  # no price: costs in tokens
+    out = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    flat = _flat(out.output)
+    assert out.exit_code == 0, out.output
+    assert re.search(r"cot 6 0\.0 \[", flat) and re.search(r"cot_bootstrap 6 0\.0 \[", flat), flat
+    assert "cot_bootstrap vs cot (tokens of openai/my-model; fixed cost" in flat, flat
+    assert "never the lower cost per correct answer" in flat
+    assert "Traceback" not in out.output and "could not be written" not in flat
+    assert list(tmp_path.rglob("breakeven_jsonl_sums_openai_my-model.png"))  # the total cost drawn, nothing else
+
+
+def test_a_report_that_fails_is_logged_and_never_fails_a_finished_run(task, tmp_path, monkeypatch, caplog):
+    from mlflow.tracking import MlflowClient
+
+    from dspy_for.experiments.reports import table
+
+    def broken(result: Any) -> dict[str, Any]:
+        raise ValueError("the plot broke")
+
+    monkeypatch.setattr(table, "figures", broken)
+    lm = dspy.LM(f"openai/{MODEL}", api_base=task.base_url, api_key=CANARY_KEY, cache=False, num_retries=0)
+    kw: dict[str, Any] = {"data": _jsonl(tmp_path / "sums.jsonl", range(18)), "first": 6, "lm": lm}
+    kw.update(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", results_dir=str(tmp_path / "results"))
+    result = compare(tmp_path / "c.toml", **kw)
+    assert result.ok and {r["method"] for r in result.rows} == {"cot", "cot_bootstrap"} and result.plots == []
+    assert "the plots could not be written (the run's results are kept): ValueError: the plot broke" in caplog.text
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    parent = client.get_run(result.run_id or "")
+    assert parent.info.status == "FINISHED" and parent.data.tags["dspy_for.report_failed.the_plots"]
+    assert {"summary.jsonl", "summary.txt"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # the records stand: a re-run reuses every item
+    before = len(task.requests)
+    assert compare(tmp_path / "c.toml", **kw).ok and len(task.requests) == before
+
+
+def test_advise_compiles_no_candidate_whose_uncompiled_pilot_is_over_the_budget(task, tmp_path):
+    """FOR-Prompting's uncompiled pilot is over the budget: its compiled version is not compiled (no request
+    shows its debater's or host's prompt beyond the pilot's), CoT's is."""
+    task.responder = signature_responder_for_sums()
+    train = _jsonl(tmp_path / "train.jsonl", range(100, 112))
+    args = _advise_args(task, tmp_path, "--volume", "5000", "--compile", "bootstrap", "--train", str(train))
+    args[args.index("cot")] = "cot,for"
+    out = CliRunner().invoke(app, [*args, "--budget", "400"], env={"COLUMNS": "250"})
+    flat = _flat(out.output)
+    assert out.exit_code == 0, out.output
+    assert "for_bootstrap" in flat and "not compiled: for, its uncompiled program, is over the budget" in flat, flat
+    assert list((tmp_path / "results").rglob("cot_bootstrap.*.compiled.json"))
+    assert not list((tmp_path / "results").rglob("for_bootstrap.*.compiled.json"))
+    trained = [r for r in task.requests if "What is 3 + 10" in json.dumps(r["messages"][-1])]  # the training items
+    assert trained and all(_fields(r) <= {"reasoning", "answer"} for r in trained)  # CoT's compile only
+
+
+def signature_responder_for_sums() -> Any:
+    """The sums answered right, every other field of any signature (FOR's roles) filled."""
+    generic = signature_responder()
+
+    def respond(messages: list[dict[str, Any]], max_tokens: int | None) -> Any:
+        if "What is 3 + " in user_text(messages) and _asks_answer(messages):
+            return sums(messages, max_tokens)
+        return generic(messages, max_tokens)
+
+    return respond
+
+
+def _asks_answer(messages: list[dict[str, Any]]) -> bool:
+    return [name for name, _ in output_fields(messages)] == ["reasoning", "answer"]
+
+
+def _fields(request: dict[str, Any]) -> set[str]:
+    return {name for name, _ in output_fields(request["messages"])}

@@ -329,3 +329,15 @@ def test_bad_option_values_fail_before_anything_runs(tmp_path, method, options, 
     cfg = CONFIG + f'[[methods]]\nname = "{method}"\nlabel = "bad"\noptions = {options}\n'
     with pytest.raises(ConfigError, match=message):
         load_spec(_write(tmp_path, cfg))
+
+
+def test_the_cli_names_the_config_s_tracking_uri_where_to_browse_the_run(scripted, tmp_path):
+    from typer.testing import CliRunner
+
+    from dspy_for.cli import app
+
+    uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
+    config = _write(tmp_path, f'tracking_uri = "{uri}"\n' + CONFIG)
+    out = CliRunner().invoke(app, ["compare", str(config)], env={"COLUMNS": "300"})
+    assert out.exit_code == 0, out.output
+    assert f"browse with: dspy-for ui --tracking-uri {uri}" in out.output

@@ -14,7 +14,7 @@ import dspy_for.experiments.core.prepare as prepare_mod
 from dspy_for.datasets import content_key, load_dataset
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.core import prepare_run
-from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run, compile_settings
+from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run
 from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.methods import check_compile, compilable_methods, predictor_names
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, load_examples
@@ -174,7 +174,7 @@ def test_prepare_run_keeps_the_compile_cost_and_routes_the_reloaded_program(tmp_
     monkeypatch.setattr(prepare_mod, "make_lm", lambda spec, **options: lm)
     method = MethodConfig(name="cot", label="cot_bootstrap", compile=dict(TABLE))
     spec = ExperimentSpec(lm="openai/fake", datasets=[DATA], methods=[method], cache=False)
-    assert compile_settings(method) == TABLE
+    assert method.compile_step is not None and method.compile_step.kind == TABLE["kind"]
     first = prepare_run(spec, DATA, method, compile_dir=tmp_path)
     assert first.compile_cost is not None and not first.compile_cost.reused
     assert first.compile_usage == first.compile_cost.usage and first.compile_cost.tokens_by_lm == {

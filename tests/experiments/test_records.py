@@ -54,16 +54,25 @@ def test_records_written_are_masked(tmp_path, monkeypatch):
     assert "topsecret-value-123" not in text and "sk-abcdefghijklmnop" not in text and "***" in text
 
 
-def test_seconds_per_item_leaves_out_answers_the_dspy_cache_served():
+def test_seconds_per_item_leaves_out_answers_the_dspy_cache_served_and_bounds_those_it_served_in_part():
 
     def item(n: int, seconds: float, cached: int) -> ItemResult:
         usage = {"total": {"calls": 2, "cached_calls": cached}}
         return ItemResult(f"q{n}", f"question {n}", 1, {"answer": 1}, 1.0, usage=usage, wall_time=seconds)
 
-    cold = MethodResult("cot", [item(0, 4.0, 0), item(1, 6.0, 0), item(2, 0.001, 2), item(3, 0.5, 1)])
-    assert cold.seconds_per_item == pytest.approx(5.0)  # the two answers no cache hit served
-    warm = MethodResult("cot", [item(0, 0.001, 2), item(1, 0.002, 1)])
+    cold = MethodResult("cot", [item(0, 4.0, 0), item(1, 6.0, 0), item(2, 0.001, 2)])
+    assert cold.seconds_per_item == pytest.approx(5.0) and not cold.seconds_partly_cached  # no call of its own: out
+    # a first call another method made before (ProRefine after CoT): the rest of the item's time counts, as a bound
+    mixed = MethodResult("prorefine", [item(0, 9.0, 1), item(1, 11.0, 1), item(2, 0.001, 2)])
+    assert mixed.seconds_per_item == pytest.approx(10.0) and mixed.seconds_partly_cached
+    warm = MethodResult("cot", [item(0, 0.001, 2), item(1, 0.002, 2)])
     assert math.isnan(warm.seconds_per_item)  # absent: no answer says what the method costs in time
+    from dspy_for.experiments.core.summary import summarize
+    from dspy_for.experiments.reports.table import COLUMNS
+
+    seconds = next(c for c in COLUMNS if c.header == "s/item")
+    assert seconds.cell(summarize(mixed).row(), None) == "≥10.0"
+    assert seconds.cell(summarize(cold).row(), None) == "5.00"
 
 
 def test_a_method_whose_every_answer_the_cache_served_has_no_time_in_its_summary_table_or_metrics():

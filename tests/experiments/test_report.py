@@ -120,7 +120,7 @@ def test_the_compare_report_gives_a_methods_declared_diagnostics():
     """What for_measure.py printed beside the table: a FOR run's debate diagnostics, declared by its registry entry,
     are in its summary row and under the table; a method without any has none."""
     from dspy_for.experiments.core.records import ComparisonResult, ItemResult, MethodResult
-    from dspy_for.experiments.reports.table import detail_lines, summary_rows
+    from dspy_for.experiments.reports.table import detail_lines, summary_cells
     from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig
 
     def record(i, answers, turns):
@@ -144,7 +144,7 @@ def test_the_compare_report_gives_a_methods_declared_diagnostics():
     )
     result = ComparisonResult(spec, results={"gsm8k": {"cot": MethodResult("cot", cot)}})
     result.results["gsm8k"]["paper_debate"] = MethodResult("paper_debate", debate)
-    result.rows = summary_rows(result)
+    result.cells = summary_cells(result)
     by_method = {row["method"]: row for row in result.rows}
     assert "diagnostics" not in by_method["cot"]
     assert by_method["paper_debate"]["diagnostics"]["revisions"] == 2

@@ -16,7 +16,7 @@ from dspy_for.errors import ConfigError
 from dspy_for.experiments import advise
 from dspy_for.experiments.core.records import ComparisonResult, ItemResult, MethodResult
 from dspy_for.experiments.core.spend import SpendLimit, money
-from dspy_for.experiments.reports.table import summary_rows, table_text
+from dspy_for.experiments.reports.table import summary_cells, table_text
 from dspy_for.experiments.spec.config import load_spec
 from dspy_for.experiments.spec.data import positive_int
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig
@@ -137,7 +137,7 @@ def test_money_cells_lines_and_reasons_have_no_exponent():
     result = ComparisonResult(spec=spec, results={"gsm8k": {"cot": MethodResult("cot", items)}})
     result.spend = SpendLimit(1e-9)
     result.spend.spent, result.spend.not_started = 2.82e-4, 4
-    result.rows = summary_rows(result)
+    result.cells = summary_cells(result)
     text = table_text(result)
     assert "$0.000094" in text and "spent $0.00028 of max_cost $0.000000001: reached, 4 item(s)" in text
     assert "e-0" not in text and "e-1" not in text

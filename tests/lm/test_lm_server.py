@@ -412,3 +412,14 @@ def test_prompt_cache_server_reuses_prefixes_and_answers_depend_on_the_prompt_al
     server.stop_server(MODEL, prompt_cache=True)
     alone = make_lm(f"local/{MODEL}", prompt_cache=True, cache=False, max_tokens=24)  # a fresh server
     assert alone(messages=prompts[2])[0] == in_sequence[2]
+
+
+def test_model_label_names_the_local_server_s_route_as_the_user_wrote_it():
+    from dspy_for.lm import model_label
+    from dspy_for.lm.server import alias_for
+
+    assert model_label(f"hosted_vllm/{alias_for('qwen2.5-coder-1.5b')}") == "local/qwen2.5-coder-1.5b"
+    cached = alias_for("qwen2.5-coder-0.5b", prompt_cache=True)
+    assert model_label(f"hosted_vllm/{cached}") == "local/qwen2.5-coder-0.5b (prompt cache)"
+    assert model_label("hosted_vllm/my-vllm-model") == "hosted_vllm/my-vllm-model"  # a user's own vLLM endpoint
+    assert model_label("openai/gpt-4.1-mini") == "openai/gpt-4.1-mini"

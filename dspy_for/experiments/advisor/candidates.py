@@ -36,6 +36,7 @@ class Candidate:
     sized: str | None = None  # the option sized to the budget from CoT's tokens per item ("k" or "N")
     note: str = ""
     compile: dict[str, Any] | None = None  # its compile table (``--compile``: see :mod:`.volume`); None: not compiled
+    student: str | None = None  # a compiled candidate: the label of the candidate it compiles
 
 
 def _all_candidates() -> list[Candidate]:

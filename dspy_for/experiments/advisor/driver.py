@@ -15,7 +15,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,18 +49,15 @@ from dspy_for.experiments.advisor.volume import (
     volume_breakeven,
     volume_rows,
 )
-from dspy_for.experiments.comparison import prepare_tracked
-from dspy_for.experiments.core import Evaluation, MethodResult, ResultStore, SpendLimit, load_examples
+from dspy_for.experiments.core import MethodResult, load_examples
 from dspy_for.experiments.core.plan import RunPlan, plan_advise
-from dspy_for.experiments.core.prepare import PreparedRun
-from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import seeded_order
+from dspy_for.experiments.session import OpenCell, Session
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides, task_dataset
 from dspy_for.experiments.spec.settings import check_settings, value_kind
 from dspy_for.experiments.tracking import store
-from dspy_for.experiments.tracking.sink import MlflowSink
 
 __all__ = ["MARGIN", "advise"]
 
@@ -167,21 +163,20 @@ def advise(
         asked.update(volume=volume, compile=kinds, train=str(train) if train is not None else None)
     advice = _new_advice(spec, d, asked, root / "advise", pilot_items=min(pilot, len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
-    parent = advice.run_id = store.start_run(f"advise-{d.name}", spec.experiment, tags=tags)
-    store.log_params(parent, {"spec": spec.to_dict(), "advise": asked, **store.environment_params()})
-    session = _Session(spec, d, order, parent, advice, spec.items_dir(root), progress, expired)
-    status = "FAILED"
-    try:
-        session.run(chosen)
-        session.end_children("FINISHED")
-        _finish(advice, started, parent)
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        session.end_children(status)
-        store.end_run(parent, status)
+    session = Session(
+        spec,
+        items_dir=spec.items_dir(root),
+        name=f"advise-{d.name}",
+        tags=tags,
+        params={"advise": asked},
+        run_dir=advice.run_dir,
+        progress=progress,
+        shared_records=True,
+    )
+    with session:
+        advice.run_id, advice.spend = session.run_id, session.limit
+        _Advising(session, d, order, advice, expired).run(chosen)
+        _finish(advice, started, session)
     return advice
 
 
@@ -207,106 +202,111 @@ def _new_advice(
         alpha=spec.alpha,
         pilot_items=pilot_items,
         run_dir=run_dir,
-        spend=SpendLimit(spec.max_cost),
     )
 
 
-class _Session:
-    """The pilot's bookkeeping: each candidate's prepared run, MLflow child run and open :class:`Evaluation`."""
+class _Advising:
+    """The pilot, then the rounds, over one session: each candidate an open cell, side by side."""
 
     def __init__(
-        self,
-        spec: ExperimentSpec,
-        d: DatasetConfig,
-        order: list[dspy.Example],
-        parent: str,
-        advice: Advice,
-        items_dir: Path,
-        progress: bool,
-        expired: Callable[[], bool],
+        self, session: Session, d: DatasetConfig, order: list[dspy.Example], advice: Advice, expired: Callable[[], bool]
     ) -> None:
-        self.spec, self.d, self.order, self.parent, self.advice = spec, d, order, parent, advice
-        self.items_dir, self.progress, self.expired = items_dir, progress, expired
-        assert advice.run_dir is not None and advice.spend is not None
-        self.limit = advice.spend
-        self.run_dir = advice.run_dir
-        self.stack: ExitStack | None = None
-        self.evaluations: dict[str, Evaluation] = {}
-        self.runs: dict[str, PreparedRun] = {}
-        self.children: dict[str, str] = {}  # label -> MLflow run, until ended
-        self._all: dict[str, Evaluation] = {}
+        self.session, self.d, self.order, self.advice, self.expired = session, d, order, advice, expired
+        self.cells: dict[str, OpenCell] = {}  # label -> open cell, for every candidate still in the running
 
     def run(self, chosen: list[Candidate]) -> None:
         """The pilot, then the rounds on the items after it; their outcome into the advice."""
-        a = self.advice
-        with interruptible(), ExitStack() as stack:
-            self.stack = stack
-            self.pilot(chosen)
-            rounds = Rounds(
-                a.candidates,
-                self.evaluations,
-                self.order[a.pilot_items :],
-                alpha=a.alpha,
-                margin=a.margin,
-                batch_size=self.spec.batch_size,
-                expired=self.expired,
-                limit=self.limit,
-                kind=value_kind(self.spec.epochs, self.spec.reducer),
-                volume=a.volume,
-                dataset=a.dataset,
-            )
-            ending = rounds.run()
-            a.pairs, a.pair_alpha = rounds.pair_outcomes(), rounds.pair_alpha
-            a.recommended, a.resolved, a.how = ending.label, ending.resolved, ending.how
+        a, spec = self.advice, self.session.spec
+        assert isinstance(spec, ExperimentSpec)
+        self.pilot(chosen)
+        rounds = Rounds(
+            a.candidates,
+            self.session,
+            self.cells,
+            self.order[a.pilot_items :],
+            alpha=a.alpha,
+            margin=a.margin,
+            batch_size=spec.batch_size,
+            expired=self.expired,
+            kind=value_kind(spec.epochs, spec.reducer),
+            volume=a.volume,
+            dataset=a.dataset,
+        )
+        ending = rounds.run()
+        a.pairs, a.pair_alpha = rounds.pair_outcomes(), rounds.pair_alpha
+        a.recommended, a.resolved, a.how = ending.label, ending.resolved, ending.how
 
     def pilot(self, chosen: list[Candidate]) -> None:
-        """Measure every candidate on the pilot's items, CoT first (its tokens and $ per item size k and N)."""
-        a, items = self.advice, self.order[: self.advice.pilot_items]
+        """Measure every candidate on the pilot's items, side by side in three steps: CoT first (its tokens and $ per
+        item size k and N), then the uncompiled candidates, then the compiled ones whose uncompiled pilot is within
+        the budget (compiling only adds demos to a program's prompts: one already over it is not compiled)."""
+        a = self.advice
         budgets = a.budget is not None or a.budget_usd is not None
         if budgets and any(c.sized for c in chosen) and not any(c.label == "cot" for c in chosen):
             sizing = CandidateOutcome("cot", "cot", {}, status=SIZING, reason="run on the pilot to size k and N")
             a.candidates.append(sizing)
-            ev = self.open(MethodConfig(name="cot", label="cot"), sizing)
-            if ev is not None:
-                ev.feed(items, stop=lambda _r: self.expired(), limit=self.limit)
-                sizing.result = ev.result
-                self._sized_by(ev.result)
-                self.close("cot")
-        for c in sorted(chosen, key=lambda c: c.label != "cot"):
-            out = CandidateOutcome(c.label, c.method, dict(c.options), compile=c.compile)
-            a.candidates.append(out)
-            if self.expired():
-                out.status, out.reason = NOT_RUN, "not measured: the timeout came first"
-                continue
-            options, out.sized = sized_options(c, a.budget, a.cot_tokens, budget_usd=a.budget_usd, cot_cost=a.cot_cost)
-            if options is None:  # too few samples or attempts fit; or CoT, which sizes them, could not be measured
-                out.status, out.reason = OVER_BUDGET if a.cot_tokens is not None else FAILED, out.sized
-                if out.status == OVER_BUDGET:
-                    out.over = [sizing_budget(a.budget, a.budget_usd, a.cot_tokens, a.cot_cost)[1]]
-                continue
-            out.options = options
-            ev = self.open(MethodConfig(c.method, c.label, options, compile=c.compile), out)
-            if ev is None:
-                continue
-            ev.feed(items, stop=lambda _r: self.expired(), limit=self.limit)
-            r = out.result = ev.result
-            if c.label == "cot":
-                self._sized_by(r)
-            over, out.over = over_budget(r, a.budget, a.budget_usd) if r.n_scored else ("", [])
-            if not r.n_scored:
-                error = next(iter(r.error_counts()), "")
-                out.status = FAILED if r.n_failed else NOT_RUN
-                out.reason = f"every pilot item failed: {error}" if r.n_failed else self._not_measured()
-            elif over:
-                out.status, out.reason = OVER_BUDGET, over
-            else:
-                self.evaluations[c.label] = ev
-                continue
-            logger.info("%s dropped after the pilot: %s", c.label, out.reason)
-            self.close(c.label)
-        no_fit = None if self.evaluations else no_fit_error(a)
+            cell = self.open(MethodConfig(name="cot", label="cot"), sizing)
+            if cell is not None:
+                self.feed_pilot([cell])
+                sizing.result = cell.result
+                self._sized_by(cell.result)
+                self.session.close(cell)
+        cot = [c for c in chosen if c.label == "cot"]
+        students = [c for c in chosen if c.label != "cot" and c.compile is None]
+        compiled = [c for c in chosen if c.label != "cot" and c.compile is not None]
+        for step in (cot, students, compiled):
+            opened = [(c, out, cell) for c in step for out, cell in [self.start(c)] if cell is not None]
+            self.feed_pilot([cell for _, _, cell in opened])
+            for c, out, cell in opened:
+                self.judge_pilot(c, out, cell)
+        no_fit = None if self.cells else no_fit_error(a)
         if no_fit is not None:  # bad input, found by measuring (the pilot's records are stored: a re-run reuses them)
             raise no_fit
+
+    def start(self, c: Candidate) -> tuple[CandidateOutcome, OpenCell | None]:
+        """``c``'s outcome, in the answer, and its open cell when it is to run on the pilot."""
+        a = self.advice
+        out = CandidateOutcome(c.label, c.method, dict(c.options), compile=c.compile)
+        a.candidates.append(out)
+        if self.expired():
+            out.status, out.reason = NOT_RUN, "not measured: the timeout came first"
+            return out, None
+        student = next((s for s in a.candidates if s.label == c.student), None) if c.student else None
+        if student is not None and student.status == OVER_BUDGET:
+            out.status, out.over = OVER_BUDGET, list(student.over)
+            out.reason = f"not compiled: {student.label}, its uncompiled program, is over the budget ({student.reason})"
+            return out, None
+        options, out.sized = sized_options(c, a.budget, a.cot_tokens, budget_usd=a.budget_usd, cot_cost=a.cot_cost)
+        if options is None:  # too few samples or attempts fit; or CoT, which sizes them, could not be measured
+            out.status, out.reason = OVER_BUDGET if a.cot_tokens is not None else FAILED, out.sized
+            if out.status == OVER_BUDGET:
+                out.over = [sizing_budget(a.budget, a.budget_usd, a.cot_tokens, a.cot_cost)[1]]
+            return out, None
+        out.options = options
+        return out, self.open(MethodConfig(c.method, c.label, options, compile=c.compile), out)
+
+    def feed_pilot(self, cells: list[OpenCell]) -> None:
+        if cells:
+            self.session.feed(cells, self.order[: self.advice.pilot_items], stop=lambda _r: self.expired())
+
+    def judge_pilot(self, c: Candidate, out: CandidateOutcome, cell: OpenCell) -> None:
+        """Keep ``c`` in the running after its pilot, or drop it (over the budget, or nothing scored)."""
+        a = self.advice
+        r = out.result = cell.result
+        if c.label == "cot":
+            self._sized_by(r)
+        over, out.over = over_budget(r, a.budget, a.budget_usd) if r.n_scored else ("", [])
+        if not r.n_scored:
+            error = next(iter(r.error_counts()), "")
+            out.status = FAILED if r.n_failed else NOT_RUN
+            out.reason = f"every pilot item failed: {error}" if r.n_failed else self._not_measured()
+        elif over:
+            out.status, out.reason = OVER_BUDGET, over
+        else:
+            self.cells[c.label] = cell
+            return
+        logger.info("%s dropped after the pilot: %s", c.label, out.reason)
+        self.session.close(cell)
 
     def _sized_by(self, cot: MethodResult) -> None:
         """CoT's measured tokens and USD per item: what k and N are sized from."""
@@ -314,62 +314,28 @@ class _Session:
             self.advice.cot_tokens, self.advice.cot_cost = cot.tokens_per_item, dollars_per_item(cot)
 
     def _not_measured(self) -> str:
-        if self.limit.reached:
-            return f"not measured: max_cost {money(self.limit.max_cost, as_given=True)} was reached first"
+        if self.session.out_of_money:
+            return f"not measured: max_cost {money(self.session.limit.max_cost, as_given=True)} was reached first"
         return "not measured: the timeout came first"
 
-    def open(self, m: MethodConfig, out: CandidateOutcome | None = None) -> Evaluation | None:
-        """Prepare ``m`` through the run path with its MLflow child run, and open its stored records and
-        :class:`Evaluation` (closed with the session); None (and ``out`` marked failed) if it cannot run."""
-        assert self.stack is not None
-        examples = [*self.order]  # everything it may score: a compile leaves them out
-        args = (self.parent, self.run_dir, self.items_dir, self.limit)
-        run, child, err = prepare_tracked(self.spec, self.d, m, examples, *args)
-        if run is None or child is None:
-            if out is not None and err is None:  # max_cost was reached before its compile started
+    def open(self, m: MethodConfig, out: CandidateOutcome) -> OpenCell | None:
+        """``m`` opened in the session (prepared through the run path, compiled, with its MLflow child run and
+        stored records); None (and ``out`` marked) if it cannot run."""
+        cell = self.session.open(self.d, m, [*self.order])  # everything it may score: a compile leaves them out
+        if cell is None:
+            err = self.session.error(self.d, m)
+            if err is None:  # max_cost was reached before its compile started
                 out.status, out.reason = NOT_RUN, self._not_measured().replace("not measured", "not compiled")
-            elif out is not None:
+            else:
                 out.status, out.reason = FAILED, f"could not run: {err}"
             return None
-        if out is not None:
-            out.compiled = run.compiled_path
-        self.runs[m.label], self.children[m.label] = run, child
-        results = self.stack.enter_context(_store(self.items_dir, run).exclusive())
-        sink = MlflowSink(run, child, end_run=False)
-        ev = Evaluation(run, store=results, sinks=[sink], progress=self.progress, origin=child)
-        self._all[m.label] = self.stack.enter_context(ev)
-        return ev
-
-    def close(self, label: str) -> None:
-        ev = self._all[label]
-        ev.close()
-        if label in self.children:
-            store.end_run(self.children.pop(label), ev.status or "FINISHED")
-
-    def end_children(self, status: str) -> None:
-        """End every MLflow child run still open: its evaluation's status (FAILED when every item failed), or
-        ``status`` when the session ended otherwise (KILLED on Ctrl-C)."""
-        for label in list(self.children):
-            ev = self._all.get(label)
-            own = ev.status if ev is not None and ev.status is not None else "FINISHED"
-            store.end_run(self.children.pop(label), own if status == "FINISHED" else status)
+        out.compiled = cell.run.compiled_path
+        return cell
 
 
-def _store(items_dir: Path, run: PreparedRun) -> ResultStore:
-    """``run``'s results store: its own file, or — when it has none yet — a file of the same result key kept under
-    another label (e.g. by ``compare``: the same method, options, LMs, prompts and data give the same records)."""
-    own = ResultStore.in_dir(items_dir, run.dataset.name, run.dataset.split, run.method.label, run.key)
-    if own.path.is_file():
-        return own
-    others = sorted(own.path.parent.glob(f"*.{run.key}.jsonl")) if own.path.parent.is_dir() else []
-    if others:
-        logger.info("%s: reusing the stored records of %s (same result key)", run.method.label, others[0].name)
-        return ResultStore(others[0])
-    return own
-
-
-def _finish(advice: Advice, started: float, parent: str) -> None:
-    """The recommendation's status and Python line, items used, the plot and the parent run's record."""
+def _finish(advice: Advice, started: float, session: Session) -> None:
+    """The recommendation's status and Python line, items used, the plot and the parent run's record (a plot or
+    record that fails is logged; the answer stands)."""
     rec = advice.recommendation
     if rec is not None:
         rec.status = RECOMMENDED
@@ -380,10 +346,16 @@ def _finish(advice: Advice, started: float, parent: str) -> None:
         advice.at_volume = volume_rows(advice)
         advice.breakeven = volume_breakeven(advice, advice.at_volume)
     advice.elapsed = time.monotonic() - started
+    parent = session.run_id
+    assert parent is not None
+    session.report("the frontier plot", lambda: _frontier(advice, parent))
+    session.report("the answer's record", lambda: log_advice(parent, advice))
+
+
+def _frontier(advice: Advice, parent: str) -> None:
     fig = frontier_figure(advice)
     if fig is not None and advice.run_dir is not None:
         path = advice.run_dir / f"frontier_{advice.dataset}.png"
         fig.savefig(path, dpi=120, bbox_inches="tight")
         store.log_figure(parent, fig, path.name)
         advice.plots.append(path)
-    log_advice(parent, advice)

@@ -39,9 +39,10 @@ from dspy_for.experiments.advisor.result import (
     flipped,
 )
 from dspy_for.experiments.advisor.volume import cheapest_at
-from dspy_for.experiments.core import Evaluation, MethodResult, SpendLimit
+from dspy_for.experiments.core import MethodResult
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import paired_sequence
+from dspy_for.experiments.session import OpenCell, Session
 from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
 
 __all__ = ["Ending", "Rounds", "leader", "points"]
@@ -75,27 +76,29 @@ class Ending:
 
 class Rounds:
     """The rounds over ``order`` (the items after the pilot) for the candidates in ``outcomes`` with status
-    :data:`RUNNING`, each fed through its open :class:`Evaluation` (module docstring)."""
+    :data:`RUNNING`, each an open cell of ``session`` (``cells``, by label), fed side by side through the session's
+    one loop (module docstring)."""
 
     def __init__(
         self,
         outcomes: Sequence[CandidateOutcome],
-        evaluations: dict[str, Evaluation],
+        session: Session,
+        cells: dict[str, OpenCell],
         order: Sequence[dspy.Example],
         *,
         alpha: float,
         margin: float,
         batch_size: int,
         expired: Callable[[], bool],
-        limit: SpendLimit | None = None,
         kind: Literal["binary", "bounded"] = "binary",
         volume: int | None = None,
         dataset: str = "",
     ) -> None:
         self.outcomes = {c.label: c for c in outcomes}
         self.volume, self.dataset = volume, dataset
-        self.evaluations, self.order = evaluations, list(order)
-        self.margin, self.batch_size, self.expired, self.limit = margin, batch_size, expired, limit
+        self.session, self.cells, self.order = session, cells, list(order)
+        self.limit = session.limit
+        self.margin, self.batch_size, self.expired = margin, batch_size, expired
         labels = [c.label for c in outcomes if c.status == RUNNING]
         self.pairs = list(combinations(labels, 2))
         self.pair_alpha = split_alpha(alpha, len(self.pairs)) if self.pairs else None
@@ -109,7 +112,7 @@ class Rounds:
         return [c for c in self.outcomes.values() if c.status == RUNNING]
 
     def result(self, label: str) -> MethodResult:
-        return self.evaluations[label].result
+        return self.cells[label].result
 
     def test(self, a: str, b: str) -> SequentialResult:
         """The test of ``a`` against ``b`` (``diff`` = a − b), whichever way round it was run."""
@@ -119,7 +122,7 @@ class Rounds:
 
     @property
     def out_of_money(self) -> bool:
-        return self.limit is not None and self.limit.reached
+        return self.session.out_of_money
 
     def pair_outcomes(self) -> list[CandidatePair]:
         return [CandidatePair(a, b, self.tests[(a, b)].result) for a, b in self.pairs]
@@ -130,17 +133,14 @@ class Rounds:
         """Run batches until the data settles which candidate to run, or nothing is left to run."""
         for c in self.active:
             c.result = self.result(c.label)
-        cut = self.limit is not None and self.limit.not_started > 0  # max_cost left pilot items out
+        cut = self.limit.not_started > 0  # max_cost left pilot items out
         ending = None if cut else self._settled()
         start = 0
         while ending is None and start < len(self.order) and not self.expired() and not self.out_of_money:
             batch = self.order[start : start + self.batch_size]
             active = self.active
-            for i, c in enumerate(active):
-                if self.expired() or self.out_of_money:  # the others' items of this batch stay unpaired
-                    self._left_out(len(batch) * (len(active) - i))
-                    break
-                self.evaluations[c.label].feed(batch, stop=lambda _r: self.expired(), limit=self.limit)
+            self.session.feed([self.cells[c.label] for c in active], batch, stop=lambda _r: self.expired())
+            for c in active:
                 c.result = self.result(c.label)
             start += len(batch)
             self._update(self.order[:start])
@@ -148,13 +148,8 @@ class Rounds:
             left = ", ".join(c.label for c in self.active)
             logger.info("after %d item(s) past the pilot: in the running: %s", start, left or "none")
         if ending is None:
-            self._left_out((len(self.order) - start) * len(self.active))
+            self.session.leave_out((len(self.order) - start) * len(self.active))
         return ending or self._unresolved(start)
-
-    def _left_out(self, items: int) -> None:
-        """``items`` the rounds would have run, had ``max_cost`` not been reached."""
-        if self.limit is not None and self.out_of_money:
-            self.limit.not_started += items
 
     def _update(self, seen: Sequence[dspy.Example]) -> None:
         """New paired items into every open pair's test; drop what is resolved worse."""
@@ -220,7 +215,7 @@ class Rounds:
         if not active:
             return self._nothing_left()
         top = leader(active)
-        if limit is not None and limit.stopped:
+        if limit.stopped:
             why = (
                 f"max_cost {money(limit.max_cost, as_given=True)} was reached ({money(limit.total, decimals=4)} spent) "
                 + ("on the pilot" if not used else f"after {used} item(s) past the pilot")

@@ -116,7 +116,13 @@ def compiled_candidates(
             if COMPILERS[kind].uses_valset:
                 table["val_limit"] = max(1, n // VALIDATION_SHARE)
             out.append(
-                replace(c, label=f"{c.label}_{kind}", compile=table, note=f"{c.note} compiled by {kind}".strip())
+                replace(
+                    c,
+                    label=f"{c.label}_{kind}",
+                    compile=table,
+                    note=f"{c.note} compiled by {kind}".strip(),
+                    student=c.label,
+                )
             )
     return out
 

@@ -31,12 +31,11 @@ import dspy
 from dspy_for.datasets import content_key, dataset_info, register_jsonl
 from dspy_for.datasets.user import USER_SPLIT
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import check_compile
 from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, load_examples
 from dspy_for.lm.usage import RoleUsage, Usage
 from dspy_for.optimizers import COMPILERS, compile_program, load_compiled
 
-__all__ = ["CompileCost", "CompileNotStarted", "compile_for_run", "compile_sets", "compile_settings"]
+__all__ = ["CompileCost", "CompileNotStarted", "compile_for_run", "compile_sets"]
 
 
 class CompileNotStarted(RuntimeError):
@@ -146,12 +145,6 @@ class CompileCost:
         return cls(usage=usage, reused=True, **{**rest, "items": tuple(rest.get("items", ()))})
 
 
-def compile_settings(method: MethodConfig) -> dict[str, Any]:
-    """The compile table of ``method``, checked (:func:`~dspy_for.experiments.methods.check_compile`)."""
-    check_compile(method.name, method.options, method.compile, label=method.label)
-    return dict(method.compile or {})
-
-
 def compile_for_run(
     program: dspy.Module,
     method: MethodConfig,
@@ -168,16 +161,25 @@ def compile_for_run(
     the table's ``optimizer_lm``, default the run's LM), leaving out every item of ``scored`` (the items the run
     scores: see the module docstring). ``cached``: where the compiled program and its :class:`CompileCost` are kept,
     so a resumed run loads them (``reused``) instead of compiling again. Every predictor keeps its LM."""
+    step = method.compile_step
+    assert step is not None, f"{method.label} has no compile step"
+    kind = step.kind
     scored = list(scored)
-    trainset, valset, left_out, cfg = compile_sets(method, dataset, scored)
-    kind = cfg.pop("kind")
+    trainset, valset, left_out = compile_sets(method, dataset, scored)
     scored_keys = {_key(ex) for ex in scored}
     if cached is not None and cached.is_file():
         cost = CompileCost.load(cached, kind)
         _check_reusable(cost, scored_keys, cached)
         return load_compiled(program, cached), cost
     result = compile_program(
-        kind, program, trainset=trainset, valset=valset, metric=metric, seed=seed, optimizer_lm=optimizer_lm, **cfg
+        kind,
+        program,
+        trainset=trainset,
+        valset=valset,
+        metric=metric,
+        seed=seed,
+        optimizer_lm=optimizer_lm,
+        **step.options,
     )
     cost = CompileCost(
         kind=kind,
@@ -198,31 +200,25 @@ def compile_for_run(
 
 def compile_sets(
     method: MethodConfig, dataset: DatasetConfig, scored: Iterable[dspy.Example] = ()
-) -> tuple[list[dspy.Example], list[dspy.Example], int, dict[str, Any]]:
-    """The items ``method``'s compile step trains and validates on (see the module docstring), how many of the items
-    the run scores (``scored``) were left out, and the compile table's other settings (``kind`` and the optimizer's
-    own options). Reads the data; builds and calls no LM."""
-    check_compile(
-        method.name, method.options, method.compile, label=method.label, splits=dataset_info(dataset.name).splits
-    )
-    cfg = dict(method.compile or {})
-    source = _source(cfg.pop("data", None), dataset)
-    if source is not dataset:  # a file of one split: train and validate on it
-        cfg = {"trainset": USER_SPLIT, "valset": USER_SPLIT, **cfg}
-    trainset = load_examples(source, cfg.pop("trainset", "train"), limit=cfg.pop("train_limit", None))
-    val_split, val_limit = cfg.pop("valset", "val"), cfg.pop("val_limit", None)
-    valset = load_examples(source, val_split) if COMPILERS[cfg["kind"]].uses_valset else []  # bootstrap: none
-    if val_limit:
-        valset = valset[-int(val_limit) :]
-    cfg.pop("optimizer_lm", None)
+) -> tuple[list[dspy.Example], list[dspy.Example], int]:
+    """The items ``method``'s compile step trains and validates on (see the module docstring) and how many of the
+    items the run scores (``scored``) were left out. Reads the data; builds and calls no LM."""
+    step = method.compile_step
+    assert step is not None, f"{method.label} has no compile step"
+    source = _source(step.data, dataset)
+    if source is dataset:
+        step.check_splits(dataset_info(dataset.name).splits, label=method.label)
+    trainset = load_examples(source, step.trainset, limit=step.train_limit)
+    valset = load_examples(source, step.valset) if COMPILERS[step.kind].uses_valset else []  # bootstrap: none
+    if step.val_limit:
+        valset = valset[-step.val_limit :]
     trainset = _not_validating(method.label, trainset, valset)
-    trainset, valset, left_out = _unscored(method.label, trainset, valset, {_key(ex) for ex in scored})
-    return trainset, valset, left_out, cfg
+    return _unscored(method.label, trainset, valset, {_key(ex) for ex in scored})
 
 
 def _source(data: str | None, dataset: DatasetConfig) -> DatasetConfig:
-    """Where a compile takes its items: the file ``data`` (a ``compile`` table's ``data``: its one split ``all``,
-    read and checked now), else the run's ``dataset``."""
+    """Where a compile takes its items: the file ``data`` (a ``compile`` table's ``data``: its one split ``all``),
+    else the run's ``dataset``."""
     if data is None:
         return dataset
     return DatasetConfig(name=register_jsonl(data).name, split=USER_SPLIT, seed=dataset.seed)

@@ -40,7 +40,7 @@ from dspy_for.experiments.core.evidence import (
     role_prices,
 )
 from dspy_for.experiments.core.records import record_key
-from dspy_for.experiments.methods import COMPILE_KEYS, get_method, predictor_names
+from dspy_for.experiments.methods import get_method, predictor_names
 from dspy_for.experiments.spec.checks import COMPILE_ROLE
 from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig
 from dspy_for.optimizers import COMPILERS
@@ -170,11 +170,10 @@ def plain_found(ev: Evidence, d: DatasetConfig, m: MethodConfig, others: Sequenc
 
 def demo_count(m: MethodConfig) -> int:
     """The demos ``m``'s compile step puts in each predictor's prompt (its compiler's demo settings; 0: none)."""
-    table = dict(m.compile or {})
-    kind = table.get("kind")
-    if kind not in ("bootstrap", "mipro_fewshot"):
+    step = m.compile_step
+    if step is None or step.kind not in ("bootstrap", "mipro_fewshot"):
         return 0
-    build, _ = COMPILERS[kind].split({k: v for k, v in table.items() if k not in COMPILE_KEYS})
+    build, _ = COMPILERS[step.kind].split(step.options)
     return int(build.get("max_bootstrapped_demos", 4)) + int(build.get("max_labeled_demos", 0))
 
 
@@ -241,7 +240,7 @@ def compile_cell(
     ev: Evidence, d: DatasetConfig, m: MethodConfig, examples: Sequence[dspy.Example], others: Sequence[MethodConfig]
 ) -> CellPlan:
     """``m``'s compile step on ``d`` (``m.compile`` is set)."""
-    kind = str((m.compile or {}).get("kind"))
+    kind = m.compile_step.kind if m.compile_step is not None else ""
     if ev.cached_compile(d, m) is not None:
         return _cell(
             d, m, "compile", 0, 1, CellEstimates.zero("the compiled program is stored"), note=f"{kind}: reused"
@@ -255,15 +254,16 @@ def compile_cell(
             one = replace(one, seconds=Estimate.exact(float(seconds), source))
         return _cell(d, m, "compile", 1, 0, _spread(one, ONE_COMPILE_SPREAD), note=kind)
     try:
-        train, val, _, cfg = compile_sets(m, d, examples)
+        train, val, _ = compile_sets(m, d, examples)
     except (DspyForError, OSError) as exc:
         return failed_cell(d, m, "compile", f"{type(exc).__name__}: {exc}")
+    step = m.compile_step
+    assert step is not None
     plain = replace(m, compile=None)
     found = plain_found(ev, d, m, others)
-    own = {k: v for k, v in cfg.items() if k != "kind"}
     work = compile_work(
         kind,
-        own,
+        step.options,
         predictors=len(predictor_names(m.name, m.options)),
         train=len(train),
         val=len(val),

@@ -18,7 +18,7 @@ from typing import Any
 import dspy
 
 from dspy_for.datasets import signature_for
-from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run, compile_settings
+from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run
 from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.spec.checks import COMPILE_ROLE
@@ -142,11 +142,11 @@ def prepare_run(
     key = result_key(spec, dataset, method, program)
     examples = examples if examples is not None else load_examples(dataset)
     compile_cost = cached = None
-    if method.compile:
+    if (step := method.compile_step) is not None:
         cached = compile_dir / f"{method.label}.{key}.compiled.json" if compile_dir else None
         if limit is not None and limit.reached and not (cached is not None and cached.is_file()):
             raise CompileNotStarted(method.label, len(examples) * spec.epochs)
-        optimizer_lm = role_lm(spec, compile_settings(method).get("optimizer_lm", spec.lm), COMPILE_ROLE)
+        optimizer_lm = role_lm(spec, step.optimizer_lm if step.optimizer_lm is not None else spec.lm, COMPILE_ROLE)
         program, compile_cost = compile_for_run(
             program,
             method,
@@ -157,7 +157,7 @@ def prepare_run(
             cached=cached,
             scored=examples,
         )
-        if limit is not None:
+        if limit is not None and compile_cost is not None:
             limit.add_compile(compile_cost)
     judge, judge_name = _judge(spec, metric)
     return PreparedRun(

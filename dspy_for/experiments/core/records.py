@@ -32,6 +32,7 @@ from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epoc
 if TYPE_CHECKING:
     from dspy_for.experiments.core.compile_step import CompileCost
     from dspy_for.experiments.core.spend import SpendLimit
+    from dspy_for.experiments.core.summary import Cell
     from dspy_for.lm.pricing import Price
 
 __all__ = ["ComparisonResult", "ItemResult", "MethodResult", "Outcome", "record_key"]
@@ -222,11 +223,18 @@ class MethodResult:
     @property
     def seconds_per_item(self) -> float:
         """The method's own time per scored record: the mean of each record's ``wall_time`` (its call on the item,
-        start to end, as it ran; a reused record keeps its time) over the records none of whose LM calls DSPy's cache
-        served (a cache hit takes no time: such a record's time is not what the method costs). Records run side by
-        side overlap, so these do not add up to the run's wall time; NaN (absent) when no such record was scored."""
-        timed = [i.wall_time for i in self.scored if not _served_from_cache(i)]
+        start to end, as it ran; a reused record keeps its time) over the records that made at least one LM call of
+        their own (one whose every call DSPy's cache served took no LM time: not what the method costs). When some
+        calls of those records were served by the cache (e.g. a first call another method made before), the time is a
+        lower bound on a cold run's (:attr:`seconds_partly_cached`). Records run side by side overlap, so these do not
+        add up to the run's wall time; NaN (absent) when no such record was scored."""
+        timed = [i.wall_time for i in self.scored if not _all_from_cache(i)]
         return sum(timed) / len(timed) if timed else math.nan
+
+    @property
+    def seconds_partly_cached(self) -> bool:
+        """:attr:`seconds_per_item` counts records some of whose LM calls DSPy's cache served: a lower bound."""
+        return any(_served_from_cache(i) for i in self.scored if not _all_from_cache(i))
 
     @property
     def cost_per_item(self) -> float:
@@ -288,6 +296,12 @@ def _served_from_cache(item: ItemResult) -> bool:
     return bool(item.usage.get("total", {}).get("cached_calls"))
 
 
+def _all_from_cache(item: ItemResult) -> bool:
+    """Whether DSPy's cache served every LM call of ``item`` (it made none of its own)."""
+    total = item.usage.get("total", {})
+    return bool(total.get("cached_calls")) and total.get("cached_calls") == total.get("calls")
+
+
 def _merged(usages: Iterable[dict[str, dict[str, float]]]) -> Usage:
     total = Usage()
     for usage in usages:
@@ -338,7 +352,8 @@ class ComparisonResult(Outcome):
     spec: ExperimentSpec
     results: dict[str, dict[str, MethodResult]] = field(default_factory=dict)  # dataset -> label -> result
     errors: dict[str, dict[str, str]] = field(default_factory=dict)  # a method that could not run at all
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    #: one per method × dataset, in the spec's order, then the methods that could not run (set once the run is reported)
+    cells: list[Cell] = field(default_factory=list)
     run_id: str | None = None
     run_dir: Path | None = None
     plots: list[Path] = field(default_factory=list)
@@ -350,6 +365,11 @@ class ComparisonResult(Outcome):
 
     def method_results(self) -> list[MethodResult]:
         return [r for by_label in self.results.values() for r in by_label.values()]
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`): ``summary.jsonl``."""
+        return [c.row() for c in self.cells]
 
     @property
     def judge_errors(self) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 from dspy_for.experiments.core.records import MethodResult
 from dspy_for.stats import bootstrap_interval, cohens_kappa, mean_with_ci, paired_comparison
 
-__all__ = ["JUDGE_SCORES", "Summary", "judge_summary", "summarize", "tokens_by_lm"]
+__all__ = ["JUDGE_SCORES", "Cell", "Summary", "judge_summary", "summarize", "tokens_by_lm"]
 
 JUDGE_SCORES = ("judged_accuracy", "quality.reasoning", "quality.coherence", "quality.holistic")
 
@@ -54,6 +54,8 @@ class Summary:
     #: the method's own seconds per scored answer (each record's call on its item, as it ran: a reused record keeps
     #: its time); comparable across methods that share one pool, where ``wall_time`` is not
     seconds_per_item: float | None
+    #: ``seconds_per_item`` counts answers some of whose LM calls DSPy's cache served: a lower bound on a cold run's
+    seconds_lower_bound: bool
     wall_time: float  # the run's (its pool's, shared by the methods run side by side), plus reused records' own
     reused_time: float
     stats: dict[str, float]
@@ -139,6 +141,34 @@ class Summary:
         return out
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One method on one dataset as every report shows it (the table's row, a frame's cell, ``summary.jsonl``): its
+    :class:`Summary`, paired with the baseline, or the error that kept it from running (``summary`` None)."""
+
+    dataset: str
+    split: str
+    label: str  # the method's label in the run
+    method: str  # its registry name
+    summary: Summary | None = None
+    error: str | None = None  # the method could not run at all
+    diagnostics: dict[str, Any] | None = None  # what the method's registry entry declares it reports
+
+    @property
+    def measured(self) -> bool:
+        """Scored items to report on (False: could not run, every item failed, or none started)."""
+        return self.summary is not None and self.summary.accuracy is not None
+
+    def row(self) -> dict[str, Any]:
+        """The cell as plain data (``summary.jsonl``): :meth:`Summary.row` with its dataset and split, its
+        ``diagnostics`` when there are any; ``{dataset, split, method, error}`` for a method that could not run."""
+        head = {"dataset": self.dataset, "split": self.split}
+        if self.summary is None:
+            return {**head, "method": self.label, "error": self.error}
+        row = {**head, **self.summary.row()}
+        return {**row, "diagnostics": self.diagnostics} if self.diagnostics is not None else row
+
+
 def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Summary:
     """The one record-to-summary function (see the module docstring). ``baseline``: pair this method with it on
     the items both scored (exact McNemar for 0/1 scores, paired bootstrap otherwise), for accuracy and for every
@@ -190,6 +220,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         spread=asdict(spread) if (spread := result.spread()) is not None else None,
         calls=total.calls,
         seconds_per_item=seconds if measured and not math.isnan(seconds := result.seconds_per_item) else None,
+        seconds_lower_bound=measured and result.seconds_partly_cached,
         wall_time=result.wall_time + result.reused_time,
         reused_time=result.reused_time,
         stats=result.stats_mean,

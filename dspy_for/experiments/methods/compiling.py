@@ -1,10 +1,14 @@
-"""Which registered methods a ``compile`` table can compile, and the one check of such a table — its kind, the
-method's predictors, the splits, the limits, the optimizer LM and the optimizer's own options — made before any LM
-is built or called (a registered method is built without LMs to read its predictors, which calls nothing)."""
+"""Which registered methods a ``compile`` table can compile, and the one parse of such a table into a typed
+:class:`CompileSpec` — its kind, the method's predictors, the splits, the limits, the optimizer LM and the optimizer's
+own options checked — made before any LM is built or called (a registered method is built without LMs to read its
+predictors, which calls nothing), once per distinct table: a run, its datasets and its compile step read the spec."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from dspy_for.datasets import register_jsonl
@@ -14,7 +18,7 @@ from dspy_for.experiments.methods.entry import get_method, list_methods
 from dspy_for.lm import check_lm_spec
 from dspy_for.optimizers import COMPILERS, check_compile_options
 
-__all__ = ["COMPILE_KEYS", "check_compile", "compilable_methods", "predictor_names"]
+__all__ = ["COMPILE_KEYS", "CompileSpec", "check_compile", "compilable_methods", "predictor_names"]
 
 #: the keys of a ``compile`` table every kind takes (the compile step reads them); any other is the optimizer's own
 COMPILE_KEYS = ("kind", "data", "trainset", "valset", "train_limit", "val_limit", "optimizer_lm")
@@ -34,6 +38,34 @@ def compilable_methods() -> list[str]:
     return [e.name for e in list_methods() if predictor_names(e.name)]
 
 
+@dataclass(frozen=True)
+class CompileSpec:
+    """A method's ``compile`` table, parsed and checked: what the compile step reads (see
+    :mod:`dspy_for.experiments.core.compile_step` for what each means). ``trainset`` / ``valset``: splits of the run's
+    dataset, or of ``data`` (a JSONL file: its one split ``all``); ``options``: the optimizer's own."""
+
+    kind: str
+    trainset: str
+    valset: str
+    data: str | None = None
+    train_limit: int | None = None
+    val_limit: int | None = None
+    optimizer_lm: Any = None  # a spec string or an LM object; None: the run's LM
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def check_splits(self, splits: Collection[str], *, label: str) -> None:
+        """``trainset`` and ``valset`` name splits of a dataset with ``splits`` (with ``data``: its file's)."""
+        if self.data is not None:
+            return
+        keys = ("trainset", "valset") if COMPILERS[self.kind].uses_valset else ("trainset",)
+        for key in keys:
+            if getattr(self, key) not in splits:
+                raise ConfigError(
+                    f"`compile` of method `{label}`: `{key}` must name a split of the dataset: one of "
+                    f"{', '.join(splits)}, got {getattr(self, key)!r}."
+                )
+
+
 def check_compile(
     name: str,
     options: Mapping[str, Any],
@@ -41,16 +73,46 @@ def check_compile(
     *,
     label: str | None = None,
     splits: Collection[str] | None = None,
-) -> None:
-    """The ``compile`` table of method ``name`` (with ``options``; ``label``: how the run names it), checked before any
-    LM call: a :class:`ConfigError` naming the fix otherwise. ``splits``: the dataset's splits, when known, that
-    ``trainset`` and ``valset`` must name (with ``data``, a JSONL file read and checked here: its one split ``all``).
-    None: no compile step, nothing to check."""
+) -> CompileSpec | None:
+    """The ``compile`` table of method ``name`` (with ``options``; ``label``: how the run names it) parsed into a
+    :class:`CompileSpec`, checked before any LM call: a :class:`ConfigError` naming the fix otherwise. ``splits``: the
+    dataset's splits, when known, that ``trainset`` and ``valset`` must name (with ``data``, a JSONL file read and
+    checked here: its one split ``all``). None: no compile step. Parsed once per distinct table (a cache)."""
     if table is None:
-        return
+        return None
     where = f"`compile` of method `{label or name}`"
     if not isinstance(table, Mapping):
         raise ConfigError(f'{where} must be a table, e.g. compile = {{ kind = "bootstrap" }}, got {table!r}.')
+    spec = _parsed(name, _key(options), _key(table), label or name, _Held(options, table))
+    if splits is not None:
+        spec.check_splits(splits, label=label or name)
+    return spec
+
+
+class _Held:
+    """The table and options themselves, beside their JSON keys in the parse cache (not part of the key)."""
+
+    def __init__(self, options: Mapping[str, Any], table: Mapping[str, Any]) -> None:
+        self.options, self.table = options, table
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Held)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def _key(value: Mapping[str, Any]) -> str:
+    """A table as a cache key: its JSON, an LM object by its identity."""
+    return json.dumps(value, sort_keys=True, default=lambda o: f"<{type(o).__name__} {id(o)}>")
+
+
+@lru_cache(maxsize=256)
+def _parsed(name: str, _options: str, _table: str, label: str, held: _Held) -> CompileSpec:
+    return _parse(name, held.options, held.table, f"`compile` of method `{label}`")
+
+
+def _parse(name: str, options: Mapping[str, Any], table: Mapping[str, Any], where: str) -> CompileSpec:
     kind = table.get("kind")
     if kind not in COMPILERS:
         raise ConfigError(f"{where} needs `kind` = one of {', '.join(COMPILERS)}, got {kind!r}.")
@@ -61,6 +123,7 @@ def check_compile(
             f"table, or compile a method that has predictors: {', '.join(compilable_methods())}."
         )
     defaults = {"trainset": "train", "valset": "val"} if COMPILERS[kind].uses_valset else {"trainset": "train"}
+    splits: tuple[str, ...] | None = None
     if table.get("data") is not None:
         splits, defaults = _train_file(table["data"], where), dict.fromkeys(defaults, USER_SPLIT)
     for key, default in defaults.items():
@@ -88,6 +151,16 @@ def check_compile(
             f"{where}: method `{name}` has no predictor `{unknown[0]}` (in `predictors`). Its predictors: "
             f"{', '.join(predictors)}."
         )
+    return CompileSpec(
+        kind=kind,
+        trainset=table.get("trainset", defaults["trainset"]),
+        valset=table.get("valset", USER_SPLIT if splits is not None else "val"),
+        data=table.get("data"),
+        train_limit=table.get("train_limit"),
+        val_limit=table.get("val_limit"),
+        optimizer_lm=table.get("optimizer_lm"),
+        options=own,
+    )
 
 
 def _train_file(data: Any, where: str) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.core.summary import tokens_by_lm
 from dspy_for.experiments.methods import get_method
+from dspy_for.lm import model_label
 from dspy_for.stats import CostModel, break_even
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def breakeven_lines(brows: Iterable[Mapping[str, Any]]) -> list[str]:
     volume)."""
     lines = []
     for r in brows:
-        unit = "USD" if r["unit"] == USD else f"tokens of {r['lm']}"
+        unit = "USD" if r["unit"] == USD else f"tokens of {model_label(str(r['lm']))}"
         lines.append(
             f"{r['method']} vs {r['against']} ({unit}; fixed cost {_amount(r['fixed'], r['unit'])}): {_verdict(r)}"
         )
@@ -168,22 +169,27 @@ def breakeven_figures(rows: Iterable[Mapping[str, Any]], brows: Iterable[Mapping
         fig = Figure(figsize=(11, 4.2), layout="constrained")
         total, per_correct = fig.subplots(1, 2)
         for label, m in sorted(models.items()):
-            total.plot(xs, [m.fixed + m.per_item * x for x in xs], label=label)
-            per_correct.plot(xs, [m.cost_per_correct(x) for x in xs], label=label)
+            _curve(total, xs, [m.fixed + m.per_item * x for x in xs], label)
+            _curve(per_correct, xs, [m.cost_per_correct(x) for x in xs], label)  # none without a correct answer
+        if not total.lines and not per_correct.lines:
+            continue  # nothing has a cost to draw (every cost 0, or no correct answer)
         for r in marks:
             if r["volume"] is None:
                 continue
             at = max(r["volume"], 1.0)
             high = top if r["high"] is None else r["high"]
             y = models[r["method"]].cost_per_correct(at)
+            if not _plottable(y):
+                continue
             err = [[at - (r["low"] or 0.0)], [max(0.0, high - at)]]
             per_correct.errorbar([at], [y], xerr=err, fmt="o", color="black", capsize=4)
             per_correct.annotate(f"{r['method']} vs {r['against']}", (at, y), fontsize=7)
             total.axvline(at, color="gray", linestyle=":")
-        what = "USD" if unit == USD else f"tokens of {lm}"
+        what = "USD" if unit == USD else f"tokens of {model_label(str(lm))}"
         for ax, ylabel in ((total, f"total cost ({what})"), (per_correct, f"cost per correct answer ({what})")):
             ax.set_xscale("log")
-            ax.set_yscale("log")
+            if ax.lines:  # a log scale needs a positive value to show
+                ax.set_yscale("log")
             ax.set_xlabel("items")
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
@@ -197,6 +203,18 @@ def breakeven_figures(rows: Iterable[Mapping[str, Any]], brows: Iterable[Mapping
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+
+
+def _plottable(y: float) -> bool:
+    return math.isfinite(y) and y > 0
+
+
+def _curve(ax: Any, xs: list[float], ys: list[float], label: str) -> None:
+    """One method's curve, where it has a positive, finite cost (a log scale shows nothing else): none when it
+    answered nothing right (no cost per correct answer) or cost nothing."""
+    points = [(x, y) for x, y in zip(xs, ys, strict=True) if _plottable(y)]
+    if points:
+        ax.plot([x for x, _ in points], [y for _, y in points], label=label)
 
 
 def _measured(rows: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:

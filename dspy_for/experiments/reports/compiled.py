@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.reports.breakeven import USD, breakeven_lines, breakeven_rows, cost_unit, grid_pairs
+from dspy_for.lm import model_label
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core.records import ComparisonResult
@@ -63,7 +64,7 @@ def compile_lines(result: ComparisonResult, dataset: str) -> list[str]:
         if row["dataset"] != dataset or "error" in row or not c:
             continue
         roles = " · ".join(f"{name} {tokens:,}" for name, tokens in c["tokens_by_role"].items())
-        lms = " · ".join(f"{lm} {tokens:,}" for lm, tokens in c["tokens_by_lm"].items()) or "not recorded"
+        lms = " · ".join(f"{model_label(lm)} {tokens:,}" for lm, tokens in c["tokens_by_lm"].items()) or "not recorded"
         how = "reused from the cache (not spent now)" if c["reused"] else "compiled by this run"
         lines.append(
             f"{row['method']} compile ({c['kind']}, {how}): tokens by role: {roles}; by LM: {lms}; trained on "

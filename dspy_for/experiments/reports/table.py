@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dspy_for.experiments.core.spend import money
-from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.core.summary import Cell, summarize
 from dspy_for.experiments.reports.breakeven import breakeven_figures
 from dspy_for.experiments.reports.compiled import (
     breakeven_text,
@@ -48,27 +48,30 @@ __all__ = [
     "rich_tables",
     "sequential_lines",
     "spend_lines",
-    "summary_rows",
+    "summary_cells",
     "table_text",
 ]
 
 
-def summary_rows(result: ComparisonResult) -> list[dict[str, Any]]:
-    """One row per method × dataset (:meth:`~dspy_for.experiments.core.summary.Summary.row`, paired with the
+def summary_cells(result: ComparisonResult) -> list[Cell]:
+    """One cell per method × dataset (its :class:`~dspy_for.experiments.core.summary.Summary`, paired with the
     baseline, with the method's ``diagnostics`` when its registry entry declares them), then one per method that
     could not run (``error``)."""
-    rows = []
+    cells = []
     names = {m.label: m.name for m in result.spec.methods}
+    splits = {d.name: d.split for d in result.spec.datasets}
     for dataset, by_label in result.results.items():
+        split = splits.get(dataset, "")
         base = by_label.get(result.spec.baseline or "")
         for r in by_label.values():
-            row = {"dataset": dataset, **summarize(r, base).row()}
-            found = method_diagnostics(names[r.label], r.scored, metric_for(dataset)) if r.label in names else None
-            rows.append({**row, "diagnostics": found} if found is not None else row)
-        rows += [
-            {"dataset": dataset, "method": label, "error": err} for label, err in result.errors.get(dataset, {}).items()
+            name = names.get(r.label, r.label)
+            found = method_diagnostics(name, r.scored, metric_for(dataset)) if r.label in names else None
+            cells.append(Cell(dataset, split, r.label, name, summarize(r, base), diagnostics=found))
+        cells += [
+            Cell(dataset, split, label, names.get(label, label), error=err)
+            for label, err in result.errors.get(dataset, {}).items()
         ]
-    return rows
+    return cells
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def _seconds(row: dict[str, Any], baseline: str | None) -> str:
     if value is None:
         return "-"
     text = f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
-    return text + ("*" if row.get("reused_time") else "")
+    return ("≥" if row.get("seconds_lower_bound") else "") + text + ("*" if row.get("reused_time") else "")
 
 
 #: the per-method columns, in order (add one to show a new per-method number)
@@ -170,9 +173,11 @@ def legend(result: ComparisonResult) -> str:
         text += "; +N✗: answers that failed (LM errors), left out of accuracy and tokens"
     text += (
         "; s/item: seconds of the method's own call per scored answer, as it ran (items run side by side overlap, "
-        "so these do not add up to the run's time; answers any of whose LM calls DSPy's cache served are left out, "
-        "'-' when every one was)"
+        "so these do not add up to the run's time; answers every one of whose LM calls DSPy's cache served are left "
+        "out, '-' when every answer was)"
     )
+    if any(r.get("seconds_lower_bound") for r in rows):
+        text += "; ≥: some LM calls of the timed answers were served by DSPy's cache, so a cold run takes longer"
     if any(r.get("reused_time") for r in rows):
         text += "; s/item*: includes results reused from an earlier run, at the time they took then"
     return text + compile_legend(rows) + "."

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from dspy_for.datasets import dataset_info
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import check_compile, get_method
+from dspy_for.experiments.methods import get_method
 from dspy_for.lm.pricing import is_priced
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def compile_roles(methods: Sequence[MethodConfig]) -> set[str]:
 
 def compile_lms(methods: Sequence[MethodConfig], role: str = COMPILE_ROLE) -> list[Any]:
     """The LMs the methods' compile tables name for ``role`` (``optimizer_lm``, built for :data:`COMPILE_ROLE`)."""
-    named = [(m.compile or {}).get("optimizer_lm") for m in methods] if role == COMPILE_ROLE else []
+    named = [m.compile_step.optimizer_lm for m in methods if m.compile_step] if role == COMPILE_ROLE else []
     return [lm for lm in named if lm is not None]
 
 
@@ -37,9 +37,10 @@ def check_compiles(spec: RunSpec, methods: Sequence[MethodConfig], datasets: Seq
     """Each method's compile table against each dataset's splits (``trainset`` and ``valset`` must name one); and a
     ``role_lms`` entry for :data:`COMPILE_ROLE` that no method's own role takes is refused: a compile's LM is its
     table's ``optimizer_lm``."""
-    for d in datasets:
-        for m in methods:
-            check_compile(m.name, m.options, m.compile, label=m.label, splits=dataset_info(d.name).splits)
+    for m in methods:
+        if (step := m.compile_step) is not None:
+            for d in datasets:
+                step.check_splits(dataset_info(d.name).splits, label=m.label)
     own = any(COMPILE_ROLE in get_method(m.name).roles for m in methods)
     if COMPILE_ROLE in spec.role_lms and not own:
         raise ConfigError(

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 import dspy
 
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import check_compile, get_method
+from dspy_for.experiments.methods import CompileSpec, check_compile, get_method
 from dspy_for.experiments.spec.checks import (
     check_compiles,
     check_epochs_sample,
@@ -58,6 +58,12 @@ class MethodConfig:
     def __post_init__(self) -> None:
         self.label = self.label or self.name
 
+    @property
+    def compile_step(self) -> CompileSpec | None:
+        """Its ``compile`` table parsed and checked (:func:`~dspy_for.experiments.methods.check_compile`, once per
+        distinct table); None: no compile step."""
+        return check_compile(self.name, self.options, self.compile, label=self.label)
+
     def validate(self) -> None:
         """Its options (names, and values: the method is built without LMs, which calls nothing), its roles, their LM
         specs and its compile table (the splits: with the datasets) — the one check of a method in a run, before
@@ -68,7 +74,7 @@ class MethodConfig:
         for s in self.role_lms.values():
             if isinstance(s, str):
                 check_lm_spec(s)
-        check_compile(self.name, self.options, self.compile, label=self.label)
+        self.compile_step  # noqa: B018  (parsed and checked: the splits with the datasets)
 
 
 @dataclass
@@ -97,10 +103,9 @@ class JudgeConfig:
 class RunSpec:
     """What every run shares: the LM of every role and its options, sampling, threads, tracking, results.
 
-    ``lm`` and ``role_lms`` values are litellm model strings, ``local/<name>``, or (Python API) any
-    ``dspy.BaseLM`` object, used as is. ``lm_options`` apply to every role built from a string
-    (``api_base``, ``timeout``, ``num_retries``, ``temperature``, ...); ``role_lm_options`` per role on top.
-    """
+    ``lm`` and ``role_lms`` values are litellm model strings, ``local/<name>``, or (Python API) any ``dspy.BaseLM``
+    object, used as is. ``lm_options`` apply to every role built from a string (``api_base``, ``timeout``,
+    ``num_retries``, ``temperature``, ...); ``role_lm_options`` per role on top."""
 
     lm: LMLike = DEFAULT_LM
     role_lms: dict[str, LMLike] = field(default_factory=dict)

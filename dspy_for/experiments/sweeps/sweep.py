@@ -28,12 +28,13 @@ from dspy_for.experiments.core import SpendLimit
 from dspy_for.experiments.core.plan import RunPlan, plan_sweep
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.core.summary import Summary
+from dspy_for.experiments.session import Session
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.final_test import FinalTest, run_final_test
 from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 from dspy_for.experiments.sweeps.storage import make_storage, open_study, requeue_failed
-from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent, sweep_spend
+from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent
 from dspy_for.experiments.sweeps.workers import _worker_entry as _worker_entry  # re-exported for worker scripts
 
 __all__ = [
@@ -137,9 +138,15 @@ def sweep(
             study = run_study(
                 spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout
             )
-            result = SweepResult(spec=spec, study=study, parent_run_id=parent, spend=sweep_spend(spec, study))
-            if final_test and not spec.multi and objective_path is None and result.counts.get("COMPLETE"):
-                result.final_test = run_final_test(spec, study, parent, result.spend)
+            # the final test's session: under the sweep's one spend limit (what every trial spent before it)
+            left_out = "trial(s) not finished"
+            ending = Session(
+                spec, run_id=parent, cells=False, store=False, earlier=study_spent(study), left_out=left_out
+            )
+            with ending:
+                result = SweepResult(spec=spec, study=study, parent_run_id=parent, spend=ending.limit)
+                if final_test and not spec.multi and objective_path is None and result.counts.get("COMPLETE"):
+                    result.final_test = run_final_test(ending, study)
             _count_left_out(result)
     except (SweepError, KeyboardInterrupt) as exc:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
@@ -156,5 +163,5 @@ def _count_left_out(result: SweepResult) -> None:
         return
     done = result.counts.get("COMPLETE", 0) + result.counts.get("PRUNED", 0)
     cut = 1 if result.final_test is not None and result.final_test.not_started else 0
-    spend.left_out = "trial(s) not finished" + (" (the final test among them)" if cut else "")
+    spend.left_out += " (the final test among them)" if cut else ""
     spend.not_started = max(0, result.spec.n_trials - done) + cut

@@ -21,27 +21,26 @@ from dspy_for._offline import apply_offline_defaults
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.datasets import content_key
 from dspy_for.errors import ConfigError, DspyForError
-from dspy_for.experiments.core import Evaluation, SpendLimit, load_examples, prepare_run
-from dspy_for.experiments.core.compile_step import CompileNotStarted
+from dspy_for.experiments.core import load_examples
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.core.summary import Summary, summarize
+from dspy_for.experiments.session import Session
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.pruning import ITEM_VALUES, incumbent_values, item_values, resolved_worse
 from dspy_for.experiments.sweeps.spec import OBJECTIVES, SweepSpec
 from dspy_for.experiments.sweeps.storage import HOST, counted, lock_path, open_study, recover_stale
-from dspy_for.experiments.tracking.sink import MlflowSink
 
 __all__ = [
     "Objective",
     "SweepError",
     "TrialFailed",
+    "cost_reached",
     "default_objective",
     "logger",
     "objective_value",
     "run_study",
     "study_spent",
-    "sweep_spend",
 ]
 
 logger = logging.getLogger("dspy_for.sweep")
@@ -93,30 +92,28 @@ class TrialObjective:
         spec, examples, deadline = self.spec, self.examples, self.deadline
         spec.suggest(trial)  # draws the trial's parameters into trial.params
         method = spec.trial_method(trial.params, f"trial-{trial.number}")
-        compiling = _chunk_limit(spec, trial) if method.compile else None  # its compile's spend counts too
-        try:
-            run = prepare_run(spec, spec.dataset, method, examples=examples, limit=compiling)
-        except CompileNotStarted:
-            raise TrialFailed(_COST_REACHED.format(money(spec.max_cost, as_given=True))) from None
-        if compiling is not None:
-            trial.set_user_attr(SPENT, float(trial.user_attrs.get(SPENT, 0.0)) + compiling.spent)
-        if run.compile_usage is not None:
-            total = run.compile_usage.get("total", {})
-            trial.set_user_attr("compile_tokens", float(total.get("tokens", 0) + total.get("cached_tokens", 0)))
-            trial.set_user_attr("compile_calls", float(total.get("calls", 0)))
         run_id = trial.user_attrs.get("mlflow_run_id")
-        sinks = [MlflowSink(run, run_id, end_run=False)] if run_id else []
-        with Evaluation(run, sinks=sinks, progress=False, origin=run_id) as ev:
+        session = Session(spec, run_id=run_id, cells=False, store=False, progress=False)
+        with session:
+            _sync_spend(session, trial)  # a compile's spend counts too
+            cell = session.open(spec.dataset, method, examples)
+            _record_spend(session, trial)
+            if cell is None:
+                session.raise_error(spec.dataset, method)
+                raise TrialFailed(_COST_REACHED.format(_max(spec)))
+            if cell.run.compile_usage is not None:
+                total = cell.run.compile_usage.get("total", {})
+                trial.set_user_attr("compile_tokens", float(total.get("tokens", 0) + total.get("cached_tokens", 0)))
+                trial.set_user_attr("compile_calls", float(total.get("calls", 0)))
             for step, start in enumerate(range(0, len(examples), spec.chunk_size)):
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TrialFailed(f"stopped by the sweep's timeout after {len(ev.result.items)} items")
-                limit = _chunk_limit(spec, trial)
-                ev.feed(examples[start : start + spec.chunk_size], limit=limit)
-                if limit is not None:
-                    trial.set_user_attr(SPENT, float(trial.user_attrs.get(SPENT, 0.0)) + limit.spent)
-                    if limit.reached:
-                        raise TrialFailed(_COST_REACHED.format(money(limit.max_cost, as_given=True)))
-                summary = summarize(ev.result)
+                    raise TrialFailed(f"stopped by the sweep's timeout after {len(cell.result.items)} items")
+                _sync_spend(session, trial)
+                session.feed([cell], examples[start : start + spec.chunk_size])
+                _record_spend(session, trial)
+                if session.out_of_money:
+                    raise TrialFailed(_COST_REACHED.format(_max(spec)))
+                summary = summarize(cell.result)
                 _record_usage(trial, summary)
                 if summary.failed:
                     raise TrialFailed(f"{summary.failed} item(s) failed: {next(iter(summary.errors))}")
@@ -131,13 +128,14 @@ class TrialObjective:
                     spec.objectives[0],
                     value,
                 )
-                per_item = item_values(ev.result, spec.objectives[0], self.order)
+                per_item = item_values(cell.result, spec.objectives[0], self.order)
                 trial.set_user_attr(ITEM_VALUES, per_item)
                 if not spec.multi:
                     trial.report(value, step)
                     if trial.should_prune() or self._paired_prune(trial, per_item):
                         raise optuna.TrialPruned()
-        final = summarize(ev.result)
+            session.close(cell)
+        final = summarize(cell.result)
         values = [objective_value(final, o) for o in spec.objectives]
         for name, value in zip(spec.objectives, values, strict=True):
             trial.set_user_attr(f"objective.{name}", value)
@@ -171,20 +169,29 @@ def study_spent(study: Any) -> float:
     return float(sum(t.user_attrs.get(SPENT, 0.0) for t in study.get_trials(deepcopy=False)))
 
 
-def sweep_spend(spec: SweepSpec, study: Any) -> SpendLimit:
-    """The sweep's one spend limit as it stands: ``max_cost`` against what its trials, every worker's, have spent
-    (read from the shared study). Each chunk of a trial runs under it, so no item starts once it is reached."""
-    return SpendLimit(spec.max_cost, earlier=study_spent(study))
+def cost_reached(spec: SweepSpec, study: Any) -> bool:
+    """The sweep's ``max_cost`` is reached by what its trials, every worker's, have spent: no trial starts."""
+    return spec.max_cost is not None and study_spent(study) >= spec.max_cost
 
 
-def _chunk_limit(spec: SweepSpec, trial: Any) -> SpendLimit | None:
-    """What the next chunk runs under (None: no ``max_cost``); a trial stops (FAIL, re-run on resume) once reached."""
-    if spec.max_cost is None:
-        return None
-    limit = sweep_spend(spec, trial.study)
-    if limit.reached:
-        raise TrialFailed(_COST_REACHED.format(money(limit.max_cost, as_given=True)))
-    return limit
+def _sync_spend(session: Session, trial: Any) -> None:
+    """The trial session's one spend limit against what the sweep's other trials (every worker's) have spent, read
+    from the shared study before its compile and each chunk; a trial stops (FAIL, re-run on resume) once reached."""
+    if session.limit.max_cost is None:
+        return
+    session.limit.earlier = study_spent(trial.study) - float(trial.user_attrs.get(SPENT, 0.0))
+    if session.out_of_money:
+        raise TrialFailed(_COST_REACHED.format(money(session.limit.max_cost, as_given=True)))
+
+
+def _record_spend(session: Session, trial: Any) -> None:
+    """What the trial has spent so far, where every worker reads the sweep's spend (its user attribute)."""
+    if session.limit.max_cost is not None:
+        trial.set_user_attr(SPENT, session.limit.spent)
+
+
+def _max(spec: SweepSpec) -> str:
+    return money(spec.max_cost, as_given=True)
 
 
 def _record_usage(trial: Any, summary: Summary) -> None:
@@ -227,11 +234,8 @@ def _work(spec: SweepSpec, objective: Objective, parent_run_id: str | None, dead
             recover_stale(study)
             if counted(study) >= spec.n_trials:
                 return
-            if sweep_spend(spec, study).reached:
-                logger.error(
-                    "%s: no trial starts (resume with a higher max_cost)",
-                    _COST_REACHED.format(money(spec.max_cost, as_given=True)),
-                )
+            if cost_reached(spec, study):
+                logger.error("%s: no trial starts (resume with a higher max_cost)", _COST_REACHED.format(_max(spec)))
                 return
             trial = study.ask()
             trial.set_user_attr("worker", me)

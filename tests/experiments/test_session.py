@@ -1,0 +1,58 @@
+"""Every command is a thin driver of one run object (:class:`~dspy_for.experiments.session.Session`): what surrounds
+a run — the MLflow sinks, the spend limit, the results stores, the loop that feeds cells — is built in one place.
+Read from the code with ``ast`` (nothing run), so a new driver that sets a run up by hand fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "dspy_for"
+SESSION = "experiments/session.py"
+CORE_RUN = "experiments/core/run.py"  # where the loop is defined (and `evaluate`, one evaluation on its own)
+
+
+def _calls(name: str) -> dict[str, int]:
+    """Where ``name(...)`` is called in the package: {file relative to the package: count}."""
+    found: dict[str, int] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if called == name:
+                    key = str(path.relative_to(PACKAGE))
+                    found[key] = found.get(key, 0) + 1
+    return found
+
+
+@pytest.mark.parametrize("name", ["SpendLimit", "MlflowSink"])
+def test_one_construction_of_the_spend_limit_and_of_the_mlflow_sinks(name):
+    assert _calls(name) == {SESSION: 1}
+
+
+def test_one_loop_feeds_every_cell():
+    assert _calls("feed_together") == {SESSION: 1, CORE_RUN: 1}  # the session's loop; `Evaluation.feed` on its own
+    assert set(_calls("Evaluation")) == {SESSION, CORE_RUN}  # a cell's evaluation; `evaluate` (one, no session)
+    drivers = {SESSION, CORE_RUN}
+    fed = {f for f in _calls("feed") if f not in drivers}
+    assert fed <= {
+        "experiments/comparison.py",
+        "experiments/sequential.py",
+        "experiments/advisor/driver.py",
+        "experiments/advisor/rounds.py",
+        "experiments/sweeps/workers.py",
+        "experiments/sweeps/final_test.py",
+    }, fed
+    for f in fed:  # every driver feeds through the session
+        assert "session.feed(" in (PACKAGE / f).read_text(encoding="utf-8"), f
+
+
+def test_the_mlflow_runs_of_a_run_start_in_one_place():
+    """The session's own run and its cells' nested runs (a sweep's parent and trial runs are the study's, in its own
+    module, and its sessions stream into them)."""
+    started = _calls("start_run")
+    started.pop("experiments/tracking/store.py")  # `active_run`: makes a run MLflow's active one, starts none
+    assert started == {SESSION: 2}
