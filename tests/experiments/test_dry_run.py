@@ -197,3 +197,11 @@ def test_a_sequential_comparison_plans_its_bound_in_its_seeded_order(stored, tmp
     order = seeded_order(examples, 0)[:4]
     new = sum(1 for ex in order if ex not in examples[:3])
     assert [(c.to_run, c.stored) for c in plan.cells] == [(new, 4 - new)] * 2
+
+
+def test_a_configs_dry_run_key_plans_and_the_flag_turns_it_off(tmp_path, no_lm_no_run):
+    config = tmp_path / "c.toml"
+    config.write_text("dry_run = true\n" + CONFIG.format(results=tmp_path / "items", first=2))
+    assert isinstance(compare(config), RunPlan)
+    with pytest.raises(AssertionError, match="a dry run must"):  # the run itself: refused by the guard
+        compare(config, dry_run=False)
