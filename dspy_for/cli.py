@@ -36,7 +36,9 @@ from dspy_for.experiments.advisor import MARGIN as ADVISE_MARGIN
 from dspy_for.experiments.advisor import advise as run_advise
 from dspy_for.experiments.advisor.report import advice_lines
 from dspy_for.experiments.comparison import compare as run_compare
+from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.prepare import prepare_program
+from dspy_for.experiments.reports.plan import plan_lines, plan_table
 from dspy_for.experiments.reports.sweep import final_test_line, trials_table
 from dspy_for.experiments.reports.table import error_lines, rich_tables
 from dspy_for.experiments.spec.config import Overrides
@@ -165,6 +167,9 @@ def compare(
     except DspyForError as exc:
         fail(exc)
         return
+    if isinstance(result, RunPlan):
+        _print_plan(result)
+        return
     for table in rich_tables(result):
         print_whole(table)
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}")
@@ -219,6 +224,9 @@ def sweep(
         raise typer.Exit(code=1) from None
     except DspyForError as exc:
         fail(exc)
+        return
+    if isinstance(result, RunPlan):
+        _print_plan(result)
         return
     console.print(trials_table(result.study, f"study {result.spec.study}: {result.counts}"))
     if result.final_test:
@@ -304,6 +312,9 @@ def advise(
     except DspyForError as exc:
         fail(exc)
         return
+    if isinstance(result, RunPlan):
+        _print_plan(result)
+        return
     for line in advice_lines(result, spend=False):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}", soft_wrap=True, markup=False)
@@ -311,6 +322,15 @@ def advise(
     errors = result.n_failed or result.could_not_run
     what = f"{result.n_failed} item(s) failed, {len(result.could_not_run)} method(s) could not run."
     finish(result, [], what if errors else "")
+
+
+def _print_plan(plan: RunPlan) -> None:
+    """``--dry-run``: the plan (nothing ran); exit 1 if a cell could not run, as the run would end."""
+    print_whole(plan_table(plan))
+    for line in plan_lines(plan):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    if not plan.ok:
+        raise typer.Exit(code=1)
 
 
 def _browse(run_id: str | None, uri: str | None) -> None:

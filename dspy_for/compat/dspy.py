@@ -50,6 +50,7 @@ __all__ = [
     "call_with_messages",
     "check_supported",
     "find_history_entry",
+    "gepa_auto_metric_calls",
     "is_openai_reasoning_model",
     "original_usage",
     "refine_hint",
@@ -151,6 +152,16 @@ def find_history_entry(lm: Any, outputs: Any) -> dict[str, Any] | None:
             if isinstance(entry, dict) and (entry.get("outputs") is outputs or entry.get("response") is outputs):
                 return entry
     return None
+
+
+def gepa_auto_metric_calls(auto: str, predictors: int, valset_size: int) -> int:
+    """The metric calls ``dspy.GEPA(auto=...)`` budgets for a program of ``predictors`` predictors and a validation
+    set of ``valset_size`` items, as its ``compile`` works them out (``auto_budget`` with ``AUTO_RUN_SETTINGS``'
+    candidates; ``auto_budget`` reads nothing of the instance)."""
+    from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS
+
+    budget: Any = dspy.GEPA.auto_budget
+    return int(budget(None, max(predictors, 1), AUTO_RUN_SETTINGS[auto]["n"], valset_size))
 
 
 def check_supported() -> None:

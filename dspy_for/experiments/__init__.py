@@ -34,6 +34,7 @@ from dspy_for.experiments.core import (
     prepare_run,
 )
 from dspy_for.experiments.core.outcome import RunOutcome
+from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.methods import MethodEntry, build_method, get_method, list_methods, register_method
 from dspy_for.experiments.results import load_results
@@ -53,6 +54,7 @@ __all__ = [
     "PreparedRun",
     "ResultStore",
     "RunOutcome",
+    "RunPlan",
     "RunSpec",
     "Summary",
     "SweepResult",

@@ -16,6 +16,7 @@ from typing import Any
 
 from dspy_for.experiments.core import MethodResult, with_options
 from dspy_for.experiments.core.outcome import ComparisonResult
+from dspy_for.experiments.core.plan import RunPlan, plan_compare
 from dspy_for.experiments.core.serving import check_stored
 from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
@@ -33,10 +34,13 @@ logger = logging.getLogger("dspy_for.compare")
 
 def compare(
     spec_or_path: ExperimentSpec | str | Path | None = None, overrides: Overrides | None = None, **kwargs: Any
-) -> ComparisonResult:
+) -> ComparisonResult | RunPlan:
     """Run a comparison (see the module docstring). ``overrides`` (or the same as keyword arguments, e.g.
-    ``first=10``) apply and are validated whether a path or an :class:`ExperimentSpec` is given."""
+    ``first=10``) apply and are validated whether a path or an :class:`ExperimentSpec` is given. ``dry_run=True``:
+    the :class:`~dspy_for.experiments.core.plan.RunPlan` instead, with no LM built or called."""
     spec = load_spec(spec_or_path, overrides, **kwargs)
+    if spec.dry_run:  # the plan before the spend: no MLflow run, no LM
+        return plan_compare(spec, spec.items_dir(store.tracking_root(spec.tracking_uri)))
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
     run_dir = root / "compare" / spec.fingerprint()
     run_dir.mkdir(parents=True, exist_ok=True)

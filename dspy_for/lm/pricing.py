@@ -19,7 +19,7 @@ from typing import Any
 
 from dspy_for.errors import ConfigError
 
-__all__ = ["LOCAL_PRICE", "PRICE_ATTR", "Price", "call_cost", "is_priced", "parse_price"]
+__all__ = ["LOCAL_PRICE", "PRICE_ATTR", "Price", "call_cost", "is_priced", "model_price", "parse_price"]
 
 #: the attribute of an LM object that holds its given :class:`Price` (read for every call it makes)
 PRICE_ATTR = "dspy_for_price"
@@ -72,12 +72,23 @@ def call_cost(lm: Any, entry: Mapping[str, Any] | None, prompt_tokens: int, comp
 def is_priced(model: str, options: Mapping[str, Any]) -> bool:
     """Whether calls to ``model`` (an LM spec) with ``options`` will have a cost: a local model, a given ``price``,
     or a model litellm's cost map prices (looked up offline)."""
-    if model.startswith("local/") or options.get("price") is not None:
-        return True
+    return model_price(model, options) is not None
+
+
+def model_price(model: str, options: Mapping[str, Any]) -> Price | None:
+    """What calls to ``model`` (an LM spec) with ``options`` will cost, as a run prices them: the given ``price``,
+    else $0 for a local model, else litellm's cost map (offline); None when nothing prices it."""
+    if options.get("price") is not None:
+        return parse_price(options["price"])
+    if model.startswith("local/"):
+        return LOCAL_PRICE
     import litellm
 
     try:
         info = litellm.get_model_info(model=model)
     except Exception:
-        return False
-    return info.get("input_cost_per_token") is not None and info.get("output_cost_per_token") is not None
+        return None
+    rates = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    if rates[0] is None or rates[1] is None:
+        return None
+    return Price(float(rates[0]) * 1e6, float(rates[1]) * 1e6)

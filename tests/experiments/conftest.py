@@ -35,3 +35,38 @@ def install_scripted_lm(monkeypatch, tmp_path) -> Callable[[Responder], Scripted
         return lm
 
     return install
+
+
+@pytest.fixture
+def no_lm_no_run(monkeypatch):
+    """Building a run's LM (every role's goes through ``make_lm``), calling any LM, starting a process (the local
+    server), pulling a model, opening a URL or pointing MLflow anywhere fails the test: what a dry run must never do. (Checking a compile table's
+    options builds its optimizer around a placeholder ``dspy.LM`` that is never called, as the run's checks do.)"""
+    import subprocess
+    import urllib.request
+
+    import litellm
+    import mlflow
+
+    import dspy_for.lm.factory as factory
+    import dspy_for.lm.registry as registry
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dry run must build no LM, call none, start no process and open no MLflow run")
+
+    for owner, name in [
+        (run_mod, "make_lm"),
+        (run_mod, "role_lm"),
+        (run_mod, "build_lms"),
+        (factory, "make_lm"),
+        (dspy.LM, "forward"),
+        (dspy.LM, "aforward"),
+        (litellm, "completion"),
+        (litellm, "acompletion"),
+        (subprocess, "Popen"),
+        (urllib.request, "urlopen"),
+        (registry, "pull_model"),
+        (mlflow, "start_run"),
+        (mlflow, "set_tracking_uri"),
+    ]:
+        monkeypatch.setattr(owner, name, refuse)

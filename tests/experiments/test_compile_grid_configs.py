@@ -1,12 +1,12 @@
 """The compile grid's configs (``experiments/compile_grid*.toml``), checked without any LM call: each loads and its
 compile tables pass the compile check; every cell without a compile step replays stored records (its result key names
 a stored file holding at least the items the config scores), but the new ones named in :data:`NEW`; no compile decides on an item a cell scores (on the
-real data); each header says how to run it and how long it takes."""
+real data); each header says how to run it and how to see, before it runs, what it takes (``--dry-run``), and that
+dry run gives every cell's LM time even with nothing stored."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ import pytest
 import dspy_for.experiments.core.compile_step as compile_step
 from dspy_for.datasets import content_key, dataset_info, signature_for
 from dspy_for.experiments.core.compile_step import compile_for_run
+from dspy_for.experiments.core.plan import plan_compare
 from dspy_for.experiments.methods import check_compile, get_method
 from dspy_for.experiments.spec.config import load_spec
 from dspy_for.experiments.spec.model import ExperimentSpec, load_examples, prompts_fingerprint
@@ -69,8 +70,31 @@ def test_a_grid_config_checks_and_its_uncompiled_cells_are_stored(path):
             assert stored.is_file(), f"{path.name}: {method.label} on {dataset.name} would not replay ({stored.name})"
             assert len(stored.read_text(encoding="utf-8").splitlines()) >= (dataset.first or 0)
     text = path.read_text(encoding="utf-8")
-    assert f"dspy-for compare experiments/{path.name} --data-dir DATA_DIR" in text
-    assert re.search(r"LM time, .*about [\w.]+ (minutes|hours)", text, re.S), "the header gives the LM time"
+    assert f"dspy-for compare experiments/{path.name} --data-dir DATA_DIR\n" in text
+    assert f"dspy-for compare experiments/{path.name} --data-dir DATA_DIR --dry-run\n" in text, (
+        "the header gives the plan"
+    )
+
+
+@pytest.mark.parametrize("path", GRID, ids=lambda p: p.name)
+def test_the_dry_run_gives_every_cells_lm_time_from_the_other_cells(path, shared_datasets, no_lm_no_run, monkeypatch):
+    """What the header's LM-time comment used to give by hand: each cell's LM time, its own records hidden (as if it
+    had not run), estimated from the other cells'."""
+    monkeypatch.chdir(ROOT)
+    spec = dataclasses.replace(load_spec(path), datasets=[])
+    for dataset in load_spec(path).datasets:
+        d = dataclasses.replace(dataset, data_dir=str(shared_datasets))
+        one = dataclasses.replace(spec, datasets=[d])
+        for method in one.methods:
+            plan = plan_compare(one, ROOT / str(one.results_dir), exclude=[(d.name, d.split, method.label)])
+            for cell in (c for c in plan.cells if c.label == method.label):
+                assert cell.error is None and cell.to_run > 0, (path.name, cell)
+                assert cell.seconds is not None and cell.seconds.value > 0, (
+                    path.name,
+                    cell.label,
+                    cell.step,
+                    cell.source,
+                )
 
 
 @pytest.mark.parametrize("path", GRID, ids=lambda p: p.name)

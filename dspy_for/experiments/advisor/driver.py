@@ -50,6 +50,7 @@ from dspy_for.experiments.advisor.volume import (
     volume_rows,
 )
 from dspy_for.experiments.core import MethodResult, load_examples
+from dspy_for.experiments.core.plan import RunPlan, plan_advise
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import seeded_order
 from dspy_for.experiments.session import OpenCell, Session
@@ -94,7 +95,7 @@ def advise(
     compile: str | Sequence[str] | None = None,
     train: str | Path | None = None,
     **settings: Any,
-) -> Advice:
+) -> Advice | RunPlan:
     """Which method to run with ``lm`` on a task at ``budget`` tokens (and/or ``budget_usd`` USD) per item (package
     docstring).
 
@@ -112,7 +113,9 @@ def advise(
     margin is then the one with the lowest cost per correct answer over them, compile included; ``compile``
     (compiler kinds, e.g. ``"bootstrap,gepa"``, with ``volume``) also tries each candidate with predictors compiled
     on ``train``, a JSONL file (:mod:`.volume`). Bad input fails with :class:`~dspy_for.errors.ConfigError` before
-    any LM call (``budget_usd`` with an LM that has no price too).
+    any LM call (``budget_usd`` with an LM that has no price too). ``dry_run=True``: the
+    :class:`~dspy_for.experiments.core.plan.RunPlan` (the most the session can take) instead, with no LM built or
+    called.
     """
     started = time.monotonic()
     settings = check_settings(settings, "advise", " from this advise() call")
@@ -145,6 +148,8 @@ def advise(
     if volume is not None:
         check_volume_lms(spec)
     order = seeded_order(load_examples(d), spec.seed)[: spec.max_items or None]
+    if spec.dry_run:  # the plan before the spend: no MLflow run, no LM
+        return plan_advise(spec, order, spec.items_dir(store.tracking_root(spec.tracking_uri)), pilot=pilot)
     deadline = started + timeout if timeout is not None else math.inf
 
     def expired() -> bool:

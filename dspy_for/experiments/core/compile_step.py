@@ -35,7 +35,7 @@ from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, load_ex
 from dspy_for.lm.usage import RoleUsage, Usage
 from dspy_for.optimizers import COMPILERS, compile_program, load_compiled
 
-__all__ = ["CompileCost", "CompileNotStarted", "compile_for_run"]
+__all__ = ["CompileCost", "CompileNotStarted", "compile_for_run", "compile_sets"]
 
 
 class CompileNotStarted(RuntimeError):
@@ -163,17 +163,10 @@ def compile_for_run(
     so a resumed run loads them (``reused``) instead of compiling again. Every predictor keeps its LM."""
     step = method.compile_step
     assert step is not None, f"{method.label} has no compile step"
-    source = _source(step.data, dataset)
-    if source is dataset:
-        step.check_splits(dataset_info(dataset.name).splits, label=method.label)
     kind = step.kind
-    trainset = load_examples(source, step.trainset, limit=step.train_limit)
-    valset = load_examples(source, step.valset) if COMPILERS[kind].uses_valset else []  # bootstrap: none
-    if step.val_limit:
-        valset = valset[-step.val_limit :]
-    trainset = _not_validating(method.label, trainset, valset)
+    scored = list(scored)
+    trainset, valset, left_out = compile_sets(method, dataset, scored)
     scored_keys = {_key(ex) for ex in scored}
-    trainset, valset, left_out = _unscored(method.label, trainset, valset, scored_keys)
     if cached is not None and cached.is_file():
         cost = CompileCost.load(cached, kind)
         _check_reusable(cost, scored_keys, cached)
@@ -203,6 +196,24 @@ def compile_for_run(
         result.program.save(str(cached))
         cost.save(cached)
     return result.program, cost
+
+
+def compile_sets(
+    method: MethodConfig, dataset: DatasetConfig, scored: Iterable[dspy.Example] = ()
+) -> tuple[list[dspy.Example], list[dspy.Example], int]:
+    """The items ``method``'s compile step trains and validates on (see the module docstring) and how many of the
+    items the run scores (``scored``) were left out. Reads the data; builds and calls no LM."""
+    step = method.compile_step
+    assert step is not None, f"{method.label} has no compile step"
+    source = _source(step.data, dataset)
+    if source is dataset:
+        step.check_splits(dataset_info(dataset.name).splits, label=method.label)
+    trainset = load_examples(source, step.trainset, limit=step.train_limit)
+    valset = load_examples(source, step.valset) if COMPILERS[step.kind].uses_valset else []  # bootstrap: none
+    if step.val_limit:
+        valset = valset[-step.val_limit :]
+    trainset = _not_validating(method.label, trainset, valset)
+    return _unscored(method.label, trainset, valset, {_key(ex) for ex in scored})
 
 
 def _source(data: str | None, dataset: DatasetConfig) -> DatasetConfig:

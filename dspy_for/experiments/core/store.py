@@ -44,13 +44,15 @@ class ResultStore:
         scripts share, so each reuses what the other stored."""
         return cls(Path(results_dir) / dataset / split / f"{label}.{key}.jsonl")
 
-    def load(self) -> dict[str, ItemResult]:
+    def load(self, *, repair: bool = True) -> dict[str, ItemResult]:
         """Records of earlier (possibly killed) runs by content key; failed ones are left out (re-run), and a
-        later record of an item replaces an earlier one. A torn last line is cut off the file first."""
+        later record of an item replaces an earlier one. A torn last line is cut off the file first (``repair``;
+        ``repair=False`` reads without writing anything, and a torn line is skipped as not a record)."""
         done: dict[str, ItemResult] = {}
         if not self.path.is_file():
             return done
-        self.repair()
+        if repair:
+            self.repair()
         for line in self.path.read_text(encoding="utf-8").splitlines():
             try:
                 item = ItemResult.from_json(line)

@@ -38,19 +38,58 @@ register_method(
 _FOR_ROLES = {"defender": "defender_lm", "debater": "debater_lm", "host": "host_lm"}
 
 
+def _for_calls(o: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """FOR: A0, then per round the Debater (asked twice when the guard re-asks) and a revision when it asked
+    something; a stop rule or a token budget may end the debate after its first round (a budget: before it)."""
+    n, asks = o["rounds"], 2 if o["guard"] and o["debater_mode"] == "questions" else 1
+    least = 0 if o["token_budget"] is not None else n if o["stop"] == "fixed" else min(n, 1)
+    return {"defender": (1, 1 + n), "debater": (least, asks * n), "host": (int(o["host"]), int(o["host"]))}
+
+
+def _sc_calls(o: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """Self-consistency: ``k`` samples; a stop rule draws at least one batch (``agreement``: a majority of k)."""
+    k, batch = o["k"], o["batch"]
+    least = {"fixed": k, "agreement": -(-(k // 2 + 1) // batch) * batch}.get(o["stop"], batch)
+    return {"task": (min(k, least), k)}
+
+
+def _cascade_calls(o: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """Cascade: ``first_samples`` Defender samples, up to ``max_samples``, then FOR's debate with its Host."""
+    n = o["rounds"] if o["debate"] else 0
+    return {
+        "defender": (o["first_samples"], o["max_samples"] + n),
+        "debater": (0, 2 * n),
+        "host": (0, 1 if o["debate"] else 0),
+    }
+
+
+def _prorefine_calls(o: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """ProRefine: a verifier that accepts the first answer ends it; else up to ``n`` capped steps (task, feedback,
+    optimizer), ending early at end-of-sequence, then the final answer."""
+    n, gated = o["n"], o["verifier"] != "none"
+    return {
+        "task": (1, n + 1 + int(gated)),
+        "feedback": (0 if gated else 1, n),
+        "optimizer": (0 if gated else 1, n),
+        "verifier": (1, 1) if o["verifier"] == "llm" else (0, 0),
+    }
+
+
 #: what every method built on a module shares, declared once for the module (a :func:`module_method` may still set
 #: any of it): the role of each LM parameter (None: the module's own LM, set with ``set_lm``), parameters only
 #: Python code can set, whether it reads gold labels, how a budget sizes it and how its trajectory reads
 _BY_MODULE: dict[type[dspy.Module], dict[str, Any]] = {
-    FORPrompting: {"roles": _FOR_ROLES, "budget_reference": True, "view": FOR_VIEW},
+    FORPrompting: {"roles": _FOR_ROLES, "budget_reference": True, "view": FOR_VIEW, "calls": _for_calls},
     ProRefine: {
         "roles": {"task": "task_lm", "feedback": "feedback_lm", "optimizer": "optimizer_lm", "verifier": "verifier_lm"},
         "python_only": ("metric",),  # the oracle verifier's metric: the dataset's, given by the run with each gold
         "uses_labels": lambda options: options.get("verifier") == "oracle",
         "view": PROREFINE_VIEW,
+        "calls": _prorefine_calls,
     },
-    SelfConsistency: {"roles": {"task": None}, "sized": Sized("k", least=2)},  # a vote needs two samples
-    Cascade: {"roles": _FOR_ROLES},
+    # a vote needs two samples
+    SelfConsistency: {"roles": {"task": None}, "sized": Sized("k", least=2), "calls": _sc_calls},
+    Cascade: {"roles": _FOR_ROLES, "calls": _cascade_calls},
 }
 
 
@@ -146,6 +185,7 @@ register_method(
         factory=lambda sig, lms, **options: with_lm(refine_cot(sig, **options), lms["task"]),
         defaults={"N": 3, "threshold": 1.0},
         sized=Sized("N"),  # a cap: it stops at the first attempt whose answer parses
+        calls=lambda o: {"task": (1, o["N"])},
         presets=(Preset("refine", {}, "up to N attempts"),),
     )
 )

@@ -100,6 +100,10 @@ class MethodEntry:
     presets: tuple[Preset, ...] = ()
     #: how its trajectory reads (span names, what ``ask`` shows, diagnostics); None: a plain prediction
     view: TrajectoryView | None = None
+    #: its LM calls per item from its options (over its defaults and fixed options), by role: (fewest, most) of its
+    #: own steps (rounds, samples, attempts); what a dry run estimates a method without stored records from. None:
+    #: one call of each role
+    calls: Callable[[Mapping[str, Any]], Mapping[str, tuple[int, int]]] | None = None
 
     def split_options(self, options: Mapping[str, Any]) -> tuple[dict[str, Any], float | None]:
         """(the method's own options, the LM ``temperature`` if one is given for a method without that option)."""
@@ -127,6 +131,13 @@ class MethodEntry:
         except (TypeError, ValueError) as exc:
             own = {k: v for k, v in options.items() if k not in self.defaults or self.defaults[k] != v}
             raise ConfigError(f"Method `{self.name}` refuses options {own}: {exc}") from None
+
+    def calls_per_item(self, options: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+        """Its LM calls per item with ``options``, by role: (fewest, most), from :attr:`calls`."""
+        own, _ = self.split_options(options)
+        if self.calls is None:
+            return {r: (1, 1) for r in self.roles}
+        return {r: (int(lo), int(hi)) for r, (lo, hi) in self.calls({**self.with_defaults(own), **self.fixed}).items()}
 
     def validate_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """Names and values: unknown names, and values the method refuses (checked by building it without

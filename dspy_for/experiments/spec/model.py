@@ -100,10 +100,9 @@ class JudgeConfig:
 class RunSpec:
     """What every run shares: the LM of every role and its options, sampling, threads, tracking, results.
 
-    ``lm`` and ``role_lms`` values are litellm model strings, ``local/<name>``, or (Python API) any
-    ``dspy.BaseLM`` object, used as is. ``lm_options`` apply to every role built from a string
-    (``api_base``, ``timeout``, ``num_retries``, ``temperature``, ...); ``role_lm_options`` per role on top.
-    """
+    ``lm`` and ``role_lms`` values are litellm model strings, ``local/<name>``, or (Python API) any ``dspy.BaseLM``
+    object, used as is. ``lm_options`` apply to every role built from a string (``api_base``, ``timeout``,
+    ``num_retries``, ``temperature``, ...); ``role_lm_options`` per role on top."""
 
     lm: LMLike = DEFAULT_LM
     role_lms: dict[str, LMLike] = field(default_factory=dict)
@@ -121,6 +120,7 @@ class RunSpec:
     epochs: int = SETTINGS["epochs"].default  # each its own record; `reducer` makes one value per item of them
     reducer: str = SETTINGS["reducer"].default
     traces: bool = SETTINGS["traces"].default
+    dry_run: bool = SETTINGS["dry_run"].default  # the plan, not the run: dspy_for.experiments.core.plan
 
     #: the command this kind of spec runs (which declared settings it takes)
     COMMAND: ClassVar[str] = ""

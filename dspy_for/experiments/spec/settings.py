@@ -182,6 +182,16 @@ declare(
         commands=frozenset({"compare", "sweep"}),
     )
 )
+declare(
+    Setting(
+        "dry_run",
+        bool,
+        False,
+        "Print the plan and stop: per method and dataset the items to run and those stored, and the calls, tokens, "
+        "dollars and LM time each will take (with a range and where the estimate comes from), and whether max_cost "
+        "would stop it. Builds no LM, makes no LM call.",
+    )
+)
 declare(Setting("tracking_uri", str, None, "MLflow tracking URI (default: SQLite in mlruns/).", metavar="URI"))
 declare(
     Setting(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.core import SpendLimit
+from dspy_for.experiments.core.plan import RunPlan, plan_sweep
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.core.summary import Summary
 from dspy_for.experiments.session import Session
@@ -129,15 +130,18 @@ def sweep(
     timeout: float | None = None,
     overrides: Overrides | None = None,
     **kwargs: Any,
-) -> SweepResult:
+) -> SweepResult | RunPlan:
     """Run (or resume) a sweep; see the module docstring. ``overrides`` (or the same as keyword arguments, e.g.
-    ``n_trials=20``) apply and are validated whether a path or a :class:`SweepSpec` is given."""
+    ``n_trials=20``) apply and are validated whether a path or a :class:`SweepSpec` is given. ``dry_run=True``: the
+    :class:`~dspy_for.experiments.core.plan.RunPlan` instead, with no LM built or called and no study opened."""
     spec = load_sweep_spec(config, overrides, **kwargs)
     optuna_compat.check_supported()  # an Optuna without the internals we use fails here, not mid-sweep
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"`--workers` must be a positive integer, got {workers!r}.")
     if timeout is not None and timeout <= 0:
         raise ConfigError(f"`--timeout` must be a positive number of seconds, got {timeout!r}.")
+    if spec.dry_run:  # the plan before the spend: no study, no MLflow run, no LM
+        return plan_sweep(spec)
     study = open_study(spec)  # create it (and check the storage) before workers race to
     if spec.enqueue and not study.get_trials(deepcopy=False):  # a resumed study has them already
         space = spec.space
