@@ -31,11 +31,13 @@ from dspy_for.experiments.core import (
     with_options,
 )
 from dspy_for.experiments.core.compile_step import CompileNotStarted
+from dspy_for.experiments.core.recheck import recheck_cells
 from dspy_for.experiments.core.records import ComparisonResult
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.reports.compiled import breakeven_of
+from dspy_for.experiments.reports.recheck import log_recheck
 from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides
@@ -82,6 +84,9 @@ def compare(
                 for phase in _phases(spec):
                     _run_together(c, phase, examples)
             _report(out, parent, run_dir)
+            if spec.recheck:  # the noise floor: N stored items per cell re-run uncached, never stored
+                out.recheck = recheck_cells(spec, out, items_dir, limit)
+                log_recheck(parent, out.recheck)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dspy_for.lm.epochs import current_epoch, epoch
+from dspy_for.lm.epochs import current_epoch, epoch, uncached
 from dspy_for.lm.factory import (
     LM,
     LocalLM,
@@ -36,5 +36,6 @@ __all__ = [
     "resolve_lm",
     "role",
     "track_usage",
+    "uncached",
     "with_transport",
 ]

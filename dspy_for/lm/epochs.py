@@ -5,6 +5,9 @@ Epoch 0 changes nothing (its calls are the calls of a run without repeats, cache
 call without a rollout id of its own gets ``e``; a call that has one (a self-consistency sample, a ``dspy.Refine``
 attempt) gets ``r + e · EPOCH_STRIDE``, so no two epochs share a sample. dspy-for's LMs (and plain ``dspy.LM``
 objects a run adopts) apply it to every call; an LM of another class can read :func:`current_epoch`.
+
+:func:`uncached` is the other way to ask a request again: its calls neither read nor write DSPy's cache (``cache=False``
+on each call), so each reaches the endpoint and its answer is not kept (a rollout id would keep it, as a new entry).
 """
 
 from __future__ import annotations
@@ -15,17 +18,25 @@ from typing import Any
 
 import dspy
 
-__all__ = ["EPOCH_STRIDE", "current_epoch", "epoch", "epoch_kwargs", "rollout_for"]
+__all__ = ["EPOCH_STRIDE", "current_epoch", "epoch", "epoch_kwargs", "rollout_for", "uncached"]
 
 #: how far apart the rollout ids of two epochs are for calls that carry their own (samples, attempts)
 EPOCH_STRIDE = 1_000_000
 _EPOCH_KEY = "dspy_for_epoch"
+_UNCACHED_KEY = "dspy_for_uncached"
 
 
 @contextmanager
 def epoch(n: int) -> Iterator[None]:
     """The LM calls made inside the block are epoch ``n`` of their item."""
     with dspy.context(**{_EPOCH_KEY: n}):
+        yield
+
+
+@contextmanager
+def uncached() -> Iterator[None]:
+    """The LM calls made inside the block neither read nor write DSPy's cache: each is sent to its endpoint."""
+    with dspy.context(**{_UNCACHED_KEY: True}):
         yield
 
 
@@ -43,7 +54,8 @@ def rollout_for(own: int | None) -> int | None:
 
 def epoch_kwargs(lm: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     """A call's ``kwargs`` with the rollout id of the epoch in force (the call's own, else ``lm``'s, moved by the
-    epoch); unchanged in epoch 0."""
+    epoch) and, inside :func:`uncached`, ``cache=False``; unchanged in epoch 0 outside it."""
     own = kwargs.get("rollout_id", (getattr(lm, "kwargs", None) or {}).get("rollout_id"))
     rollout = rollout_for(own)
-    return kwargs if rollout == own else {**kwargs, "rollout_id": rollout}
+    out = kwargs if rollout == own else {**kwargs, "rollout_id": rollout}
+    return {**out, "cache": False} if dspy.settings.get(_UNCACHED_KEY) else out

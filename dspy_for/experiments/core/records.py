@@ -31,6 +31,7 @@ from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epoc
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core.compile_step import CompileCost
+    from dspy_for.experiments.core.recheck import Recheck
     from dspy_for.experiments.core.spend import SpendLimit
     from dspy_for.experiments.core.summary import Cell
     from dspy_for.lm.pricing import Price
@@ -349,13 +350,17 @@ class ComparisonResult(Outcome):
     #: each compiled method's break-even volumes against its student and the most accurate uncompiled method
     #: (:func:`~dspy_for.experiments.reports.breakeven.breakeven_rows`)
     breakeven: list[dict[str, Any]] = field(default_factory=list)
+    #: with ``recheck = N``: each cell's first N stored items re-run with DSPy's cache off
+    #: (:func:`~dspy_for.experiments.core.recheck.recheck_cells`)
+    recheck: list[Recheck] = field(default_factory=list)
 
     def method_results(self) -> list[MethodResult]:
         return [r for by_label in self.results.values() for r in by_label.values()]
 
     @property
     def rows(self) -> list[dict[str, Any]]:
-        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`), as ``summary.jsonl`` has them."""
+        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`), as ``summary.jsonl`` has
+        them."""
         return [c.row() for c in self.cells]
 
     @property
@@ -365,7 +370,12 @@ class ComparisonResult(Outcome):
     @property
     def ok(self) -> bool:
         """No failed item, no item the judge's LM failed on, no method that could not run and no item left out by
-        ``max_cost``: every number printed is a measured one, over every item asked for."""
+        ``max_cost``, no re-run of a recheck that failed: every number printed is a measured one, over every item
+        asked for."""
         return (
-            self.n_failed == 0 and self.judge_errors == 0 and not any(self.errors.values()) and not self.stopped_by_cost
+            self.n_failed == 0
+            and self.judge_errors == 0
+            and not any(self.errors.values())
+            and not self.stopped_by_cost
+            and not any(r.failed for r in self.recheck)
         )

@@ -315,6 +315,7 @@ class ExperimentSpec(RunSpec):
     baseline: str | None = None
     results_dir: str | None = SETTINGS["results_dir"].default  # where items are kept: see items_dir
     autolog: bool = SETTINGS["autolog"].default
+    recheck: int | None = SETTINGS["recheck"].default  # re-run N stored items per cell uncached: core/recheck.py
     match_budget: bool = False
     #: a sequential comparison (see :mod:`dspy_for.experiments.sequential`): every method on the same seeded item
     #: order, ``batch_size`` items at a time, each pair with the baseline tested after every batch by an
