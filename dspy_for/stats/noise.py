@@ -46,9 +46,10 @@ def flip_rate(flips: int, n: int, confidence: float = 0.95) -> FlipRate:
 
 def noise_band(rates: Sequence[FlipRate], n: int, confidence: float = 0.95) -> float:
     """Half-width (a fraction of the items) of the band a paired difference over ``n`` items moves in from the
-    noise of ``rates`` (one per method of the pair) alone: ``z·√(Σ high / n)`` (see the module docstring)."""
+    noise of ``rates`` (one per method of the pair) alone: ``z·√(Σ high / n)`` (see the module docstring), at most
+    2 (a difference of two accuracies spans [−1, 1])."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"`n` (the items the difference is over) must be a positive integer, got {n!r}.")
     if not rates:
         raise ConfigError("`rates`: give the flip rate of each method of the pair.")
-    return _z(confidence) * math.sqrt(sum(r.high for r in rates) / n)
+    return min(2.0, _z(confidence) * math.sqrt(sum(r.high for r in rates) / n))
