@@ -154,3 +154,18 @@ def test_a_recheck_config_key_zero_exits_2(tmp_path, monkeypatch):
     out = CliRunner().invoke(app, ["compare", str(config)], env={"COLUMNS": "200"})
     assert out.exit_code == 2, out.output
     assert "`recheck` must be a positive integer" in out.output
+
+
+def test_the_cli_prints_the_recheck_under_the_tables(install_scripted_lm, tmp_path):
+    install_scripted_lm(Answers(dict.fromkeys(FIRST, "27")))
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    args = ["compare", str(config), "--recheck", "1", "--no-traces", "--results-dir", str(tmp_path / "results")]
+    args += ["--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db"]
+    out = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "gsm8k (sample split) — baseline: cot" in text
+    assert "recheck: the first 1 stored item(s) of each cell re-run with DSPy's cache off" in text
+    assert "cot on gsm8k (sample) (baseline): 0 of 1 answers changed (0 wrong→right, 0 right→wrong" in text
+    assert "for_n1 on gsm8k (sample): 0 of 1 answers changed" in text and "its Δ +0.0 pts (p=1.00, n=4)" in text
