@@ -39,6 +39,7 @@ from dspy_for.experiments.comparison import compare as run_compare
 from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.prepare import prepare_program
 from dspy_for.experiments.reports.plan import plan_lines, plan_table
+from dspy_for.experiments.reports.recheck import recheck_lines
 from dspy_for.experiments.reports.sweep import final_test_line, trials_table
 from dspy_for.experiments.reports.table import error_lines, rich_tables
 from dspy_for.experiments.spec.config import Overrides
@@ -172,12 +173,16 @@ def compare(
         return
     for table in rich_tables(result):
         print_whole(table)
+    for line in recheck_lines(result.recheck):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(f"plots: {', '.join(str(p) for p in result.plots)}")
     _browse(result.run_id, result.spec.tracking_uri)
+    rerun_failed = sum(r.failed for r in result.recheck)
     what = f"{result.n_failed} item(s) failed" + (
         f", {result.judge_errors} not graded by the judge" if result.judge_errors else ""
     )
-    errors = result.n_failed or result.judge_errors or any(result.errors.values())
+    what += f", {rerun_failed} re-run(s) of the recheck failed" if rerun_failed else ""
+    errors = result.n_failed or result.judge_errors or any(result.errors.values()) or rerun_failed
     finish(result, error_lines(result), what + "." if errors else "")
 
 

@@ -21,6 +21,7 @@ from dspy_for.experiments.core.serving import check_stored
 from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.reports.compiled import breakeven_of
+from dspy_for.experiments.reports.recheck import log_recheck
 from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
 from dspy_for.experiments.session import OpenCell, Session
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
@@ -64,6 +65,10 @@ def compare(
             for phase in phases(spec):
                 _run_together(session, out, phase, examples)
         _report(session, out)
+        if spec.recheck:  # the noise floor: N stored items per cell re-run uncached, never stored
+            out.recheck = session.recheck(out)
+            assert session.run_id is not None
+            session.report("the recheck's record", lambda: log_recheck(str(session.run_id), out.recheck))
     return out
 
 

@@ -43,6 +43,8 @@ from dspy_for.experiments.core import (
     prepare_run,
 )
 from dspy_for.experiments.core.compile_step import CompileNotStarted
+from dspy_for.experiments.core.outcome import ComparisonResult
+from dspy_for.experiments.core.recheck import Recheck, recheck_cells
 from dspy_for.experiments.core.serving import changed_records, settle
 from dspy_for.experiments.core.sinks import RunStatus, StopRule, interruptible
 from dspy_for.experiments.spec import DatasetConfig, MethodConfig
@@ -207,6 +209,13 @@ class Session:
         if rerun:
             again = [(c, c.evaluation.forget(changed_records(c.evaluation))) for c in cells]
             self._feed([Feed(c.evaluation, items) for c, items in again if items])
+
+    def recheck(self, result: ComparisonResult) -> list[Recheck]:
+        """The noise floor (``recheck = N``): each cell's first N stored items run again with DSPy's cache off,
+        side by side through the session's loop and under its ``max_cost``; their answers are reported (and logged on
+        the session's run by the caller), never stored (:mod:`~dspy_for.experiments.core.recheck`)."""
+        assert self.items_dir is not None, "a recheck reads the stored records"
+        return recheck_cells(result.spec, result, self.items_dir, self._feed)
 
     def _feed(self, feeds: list[Feed]) -> list[list[ItemResult]]:
         return feed_together(feeds, num_threads=self.spec.num_threads, limit=self.limit) if feeds else []

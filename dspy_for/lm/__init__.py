@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dspy_for.lm.epochs import current_epoch, epoch
+from dspy_for.lm.epochs import current_epoch, epoch, fresh
 from dspy_for.lm.factory import (
     LM,
     LocalLM,
@@ -31,6 +31,7 @@ __all__ = [
     "current_role",
     "describe_lm",
     "epoch",
+    "fresh",
     "is_reasoning_model",
     "lm_defaults",
     "make_lm",

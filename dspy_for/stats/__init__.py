@@ -7,6 +7,8 @@
   :func:`spread` (how the epochs disagree).
 * Checked after every item (:mod:`dspy_for.stats.sequential`): :class:`PairedSequentialTest` (an anytime-valid
   paired test and confidence sequence), :func:`replay` on stored results, :func:`split_alpha` for several pairs.
+* The serving stack's own noise (:mod:`dspy_for.stats.noise`): :func:`flip_rate` (how often a re-run answer scored
+  differently), :func:`noise_band` (how far that alone moves a paired difference).
 * Fixed against per-item cost (:mod:`dspy_for.stats.breakeven`): :func:`break_even` (after how many items a method
   with a larger fixed cost has the lower total cost per correct answer, with an interval from the accuracies').
 
@@ -28,6 +30,7 @@ from dspy_for.stats.fixed import (
     smallest_resolvable_difference,
     wilson_interval,
 )
+from dspy_for.stats.noise import FlipRate, flip_rate, noise_band
 from dspy_for.stats.repeats import REDUCERS, Spread, check_reducer, clustered_interval, reduce_epochs, spread
 from dspy_for.stats.sequential import (
     BettingConfidenceSequence,
@@ -44,6 +47,7 @@ __all__ = [
     "BettingConfidenceSequence",
     "BreakEven",
     "CostModel",
+    "FlipRate",
     "PairedResult",
     "PairedSequentialTest",
     "SequentialResult",
@@ -55,9 +59,11 @@ __all__ = [
     "clustered_interval",
     "cohens_kappa",
     "discordant_log_e",
+    "flip_rate",
     "format_p_value",
     "mcnemar_exact",
     "mean_with_ci",
+    "noise_band",
     "paired_bootstrap",
     "paired_comparison",
     "reduce_epochs",

@@ -35,8 +35,9 @@ def test_one_construction_of_the_spend_limit_and_of_the_mlflow_sinks(name):
 
 def test_one_loop_feeds_every_cell():
     assert _calls("feed_together") == {SESSION: 1, CORE_RUN: 1}  # the session's loop; `Evaluation.feed` on its own
-    assert set(_calls("Evaluation")) == {SESSION, CORE_RUN}  # a cell's evaluation; `evaluate` (one, no session)
-    drivers = {SESSION, CORE_RUN}
+    # a cell's evaluation; `evaluate` (one, no session); a recheck's store-less re-runs, fed by the session's loop
+    assert set(_calls("Evaluation")) == {SESSION, CORE_RUN, "experiments/core/recheck.py"}
+    drivers = {SESSION, CORE_RUN, "experiments/core/recheck.py"}  # the recheck is handed the session's loop
     fed = {f for f in _calls("feed") if f not in drivers}
     assert fed <= {
         "experiments/comparison.py",

@@ -17,6 +17,7 @@ from dspy_for.experiments.spec.model import ExperimentSpec
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dspy_for.experiments.core.recheck import Recheck
     from dspy_for.experiments.core.summary import Cell
 
 __all__ = ["ComparisonResult", "Outcome", "RunOutcome"]
@@ -103,6 +104,9 @@ class ComparisonResult(Outcome):
     #: records the config asks for that the results store does not have, by dataset and label (set by
     #: :func:`~dspy_for.experiments.load_results` for an incomplete cell; a run's own result leaves it empty)
     missing: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: with ``recheck = N``: each cell's first N stored items re-run with DSPy's cache off
+    #: (:func:`~dspy_for.experiments.core.recheck.recheck_cells`)
+    recheck: list[Recheck] = field(default_factory=list)
 
     def method_results(self) -> list[MethodResult]:
         return [r for by_label in self.results.values() for r in by_label.values()]
@@ -133,7 +137,12 @@ class ComparisonResult(Outcome):
     @property
     def ok(self) -> bool:
         """No failed item, no item the judge's LM failed on, no method that could not run and no item left out by
-        ``max_cost``: every number printed is a measured one, over every item asked for."""
+        ``max_cost``, no re-run of a recheck that failed: every number printed is a measured one, over every item
+        asked for."""
         return (
-            self.n_failed == 0 and self.judge_errors == 0 and not any(self.errors.values()) and not self.stopped_by_cost
+            self.n_failed == 0
+            and self.judge_errors == 0
+            and not any(self.errors.values())
+            and not self.stopped_by_cost
+            and not any(r.failed for r in self.recheck)
         )

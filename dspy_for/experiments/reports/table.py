@@ -49,6 +49,7 @@ __all__ = [
     "rich_tables",
     "sequential_lines",
     "spend_lines",
+    "split_title",
     "summary_cells",
     "table_text",
 ]
@@ -246,6 +247,12 @@ def error_lines(result: ComparisonResult) -> list[str]:
     return lines
 
 
+def split_title(result: ComparisonResult, dataset: str) -> str:
+    """A dataset's table title with the split its cells were measured on: ``gsm8k (val split)``."""
+    splits = sorted({c.split for c in result.cells if c.dataset == dataset and c.split})
+    return f"{dataset} ({', '.join(splits)} split)" if splits else dataset
+
+
 def table_text(result: ComparisonResult) -> str:
     out = []
     for dataset in result.results:
@@ -253,7 +260,7 @@ def table_text(result: ComparisonResult) -> str:
         header, columns = _header(mine), _columns(mine)
         rows = [_fmt_row(r, result.spec.baseline, columns) for r in mine]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-        out.append(f"== {dataset} ==")
+        out.append(f"== {split_title(result, dataset)} ==")
         out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         out.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
         out.append(legend(result))
@@ -292,7 +299,10 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
     tables = []
     for dataset in result.results:
         t = Table(
-            title=f"{dataset} — baseline: {result.spec.baseline}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False
+            title=f"{split_title(result, dataset)} — baseline: {result.spec.baseline}",
+            box=box.SIMPLE_HEAD,
+            padding=(0, 1),
+            pad_edge=False,
         )
         mine = [r for r in result.rows if r["dataset"] == dataset]
         for h in _header(mine):

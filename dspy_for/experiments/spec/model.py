@@ -319,11 +319,11 @@ class ExperimentSpec(RunSpec):
     results_dir: str | None = SETTINGS["results_dir"].default  # where items are kept: see items_dir
     autolog: bool = SETTINGS["autolog"].default
     rerun_changed: bool = SETTINGS["rerun_changed"].default  # used by the run's Session.settle
+    recheck: int | None = SETTINGS["recheck"].default  # re-run N stored items per cell uncached: core/recheck.py
     match_budget: bool = False
-    #: a sequential comparison (see :mod:`dspy_for.experiments.sequential`): every method on the same seeded item
-    #: order, ``batch_size`` items at a time, each pair with the baseline tested after every batch by an
-    #: anytime-valid test at level ``alpha`` (split over the pairs); it stops when every pair is resolved, at
-    #: ``max_items``, or once the methods have spent ``max_total_tokens``
+    #: a sequential comparison (:mod:`dspy_for.experiments.sequential`): every method on one seeded item order,
+    #: ``batch_size`` items at a time, each pair with the baseline tested after every batch (anytime-valid, ``alpha``
+    #: split over the pairs) until every pair is resolved, ``max_items`` or ``max_total_tokens``
     sequential: bool = False
     max_items: int | None = None
     alpha: float = 0.05

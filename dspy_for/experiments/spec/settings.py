@@ -206,6 +206,19 @@ declare(
 )
 declare(
     Setting(
+        "recheck",
+        int,
+        None,
+        "After the comparison, re-run the first N stored items of each cell with DSPy's cache off and print how "
+        "many answers changed (the serving stack's own noise) beside each Δ; the re-runs go to MLflow, never to "
+        "the results.",
+        commands=frozenset({"compare"}),
+        metavar="N",
+        check=positive_int,
+    )
+)
+declare(
+    Setting(
         "autolog",
         bool,
         False,
