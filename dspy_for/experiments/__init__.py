@@ -32,6 +32,7 @@ from dspy_for.experiments.core import (
     prepare_run,
 )
 from dspy_for.experiments.core.outcome import RunOutcome
+from dspy_for.experiments.core.recheck import Recheck
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.methods import MethodEntry, build_method, get_method, list_methods, register_method
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_spec
@@ -48,6 +49,7 @@ __all__ = [
     "MethodEntry",
     "MethodResult",
     "PreparedRun",
+    "Recheck",
     "ResultStore",
     "RunOutcome",
     "RunSpec",
