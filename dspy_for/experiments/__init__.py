@@ -35,6 +35,7 @@ from dspy_for.experiments.core import (
 )
 from dspy_for.experiments.core.outcome import RunOutcome
 from dspy_for.experiments.core.plan import RunPlan
+from dspy_for.experiments.core.recheck import Recheck
 from dspy_for.experiments.core.summary import Summary, summarize
 from dspy_for.experiments.methods import MethodEntry, build_method, get_method, list_methods, register_method
 from dspy_for.experiments.results import load_results
@@ -52,6 +53,7 @@ __all__ = [
     "MethodEntry",
     "MethodResult",
     "PreparedRun",
+    "Recheck",
     "ResultStore",
     "RunOutcome",
     "RunPlan",
