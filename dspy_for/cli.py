@@ -11,13 +11,20 @@ from rich.markup import escape
 
 from dspy_for.cli_common import (
     LM_HELP,
+    BaselineOpt,
     DataDirOpt,
     DataOpt,
+    DatasetOpt,
+    FirstOpt,
     JudgeLmOpt,
+    LimitOpt,
     LmOpt,
     LmOptionOpt,
+    MatchBudgetOpt,
+    MethodsOpt,
     RoleLmOpt,
     RoleLmOptionOpt,
+    SplitOpt,
     console,
     fail,
     finish,
@@ -108,34 +115,20 @@ def ask(
 @run_command("compare")
 def compare(
     config: Annotated[Path | None, typer.Argument(help="TOML config (see experiments/*.toml).")] = None,
-    dataset: Annotated[str | None, typer.Option(help="Dataset name (replaces the config's list).")] = None,
+    dataset: DatasetOpt = None,
     data: DataOpt = None,
-    split: Annotated[
-        str | None,
-        typer.Option(help="Split: train, val, test, sample (default: the config's; else the dataset's val)."),
-    ] = None,
-    limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items.")] = None,
-    first: Annotated[int | None, typer.Option(help="Only the first N items of each split (after --limit).")] = None,
-    methods: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated method labels or names (default: the config's; else cot,for)."),
-    ] = None,
-    baseline: Annotated[
-        str | None, typer.Option(help="The method label that Δ and the paired tests refer to (default: the config's).")
-    ] = None,
+    split: SplitOpt = None,
+    limit: LimitOpt = None,
+    first: FirstOpt = None,
+    methods: MethodsOpt = None,
+    baseline: BaselineOpt = None,
     lm: LmOpt = None,
     role_lm: RoleLmOpt = None,
     data_dir: DataDirOpt = None,
     lm_option: LmOptionOpt = None,
     role_lm_option: RoleLmOptionOpt = None,
     judge_lm: JudgeLmOpt = None,
-    match_budget: Annotated[
-        bool | None,
-        typer.Option(
-            "--match-budget/--no-match-budget",
-            help="Size self-consistency's k (also defender_sc's) and Refine's N to FOR's tokens/item.",
-        ),
-    ] = None,
+    match_budget: MatchBudgetOpt = None,
     sequential: Annotated[
         bool | None,
         typer.Option(

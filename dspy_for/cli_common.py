@@ -60,6 +60,26 @@ LmOptionOpt = Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)]
 RoleLmOptionOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)]
 JudgeLmOpt = Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)]
 DataDirOpt = Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")]
+# what a comparison runs on (`compare`, and `export`, which finds a comparison's records as it ran)
+DatasetOpt = Annotated[str | None, typer.Option(help="Dataset name (replaces the config's list).")]
+SplitOpt = Annotated[
+    str | None, typer.Option(help="Split: train, val, test, sample (default: the config's; else the dataset's val).")
+]
+LimitOpt = Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items.")]
+FirstOpt = Annotated[int | None, typer.Option(help="Only the first N items of each split (after --limit).")]
+MethodsOpt = Annotated[
+    str | None, typer.Option(help="Comma-separated method labels or names (default: the config's; else cot,for).")
+]
+BaselineOpt = Annotated[
+    str | None, typer.Option(help="The method label that Δ and the paired tests refer to (default: the config's).")
+]
+MatchBudgetOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--match-budget/--no-match-budget",
+        help="Size self-consistency's k (also defender_sc's) and Refine's N to FOR's tokens/item.",
+    ),
+]
 DataOpt = Annotated[
     Path | None, typer.Option(help="Your task: JSONL, one {question, answer} per line (instead of --dataset).")
 ]

@@ -9,13 +9,20 @@ from typing import Annotated, Any
 import typer
 
 from dspy_for.cli_common import (
+    BaselineOpt,
     DataDirOpt,
     DataOpt,
+    DatasetOpt,
+    FirstOpt,
     JudgeLmOpt,
+    LimitOpt,
     LmOpt,
     LmOptionOpt,
+    MatchBudgetOpt,
+    MethodsOpt,
     RoleLmOpt,
     RoleLmOptionOpt,
+    SplitOpt,
     console,
     fail,
     run_command,
@@ -37,28 +44,27 @@ def export(
     level: Annotated[
         str, typer.Option(help="items (item × method × epoch), cells (method × dataset) or pairs (paired tests).")
     ] = "items",
-    dataset: Annotated[str | None, typer.Option(help="Dataset name, as the comparison ran it.")] = None,
+    dataset: DatasetOpt = None,
     data: DataOpt = None,
-    split: Annotated[str | None, typer.Option(help="Split, as the comparison ran it.")] = None,
-    limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N items, as it ran.")] = None,
-    first: Annotated[int | None, typer.Option(help="Only the first N items of each split, as it ran.")] = None,
-    methods: Annotated[str | None, typer.Option(help="Comma-separated method labels or names, as it ran.")] = None,
-    baseline: Annotated[str | None, typer.Option(help="The method label Δ and the paired tests refer to.")] = None,
+    split: SplitOpt = None,
+    limit: LimitOpt = None,
+    first: FirstOpt = None,
+    methods: MethodsOpt = None,
+    baseline: BaselineOpt = None,
     lm: LmOpt = None,
     role_lm: RoleLmOpt = None,
     data_dir: DataDirOpt = None,
     lm_option: LmOptionOpt = None,
     role_lm_option: RoleLmOptionOpt = None,
     judge_lm: JudgeLmOpt = None,
-    match_budget: Annotated[
-        bool | None, typer.Option("--match-budget/--no-match-budget", help="As the comparison ran it.")
-    ] = None,
+    match_budget: MatchBudgetOpt = None,
     *,
     settings: dict[str, Any],
 ) -> None:
     """Write a comparison's stored results to a CSV, Parquet or JSONL file; no LM is called, nothing is run.
 
-    Give the config and flags the comparison ran with: its records are found as `compare` finds them.
+    Give the config and flags the comparison ran with (data, methods, LMs): its records are found as `compare` finds
+    them.
     """
     overrides = replace(
         run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, settings),
