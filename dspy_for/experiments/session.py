@@ -126,6 +126,7 @@ class Session:
         self._stack.enter_context(interruptible())
         if self._own_run:
             assert self._name is not None
+            store.setup_tracking(self.spec.tracking_uri, self.spec.experiment)  # the store and experiment, once made
             self.run_id = store.start_run(self._name, self.spec.experiment, tags=self._tags)
             time_ = time.strftime("%Y-%m-%dT%H:%M:%S")
             params = {"spec": {**self.spec.to_dict(), "time": time_}, **self._params, **store.environment_params()}

@@ -57,3 +57,36 @@ def test_the_mlflow_runs_of_a_run_start_in_one_place():
     started = _calls("start_run")
     started.pop("experiments/tracking/store.py")  # `active_run`: makes a run MLflow's active one, starts none
     assert started == {SESSION: 2}
+
+
+def test_a_script_drives_the_run_object_as_the_guide_shows(install_scripted_lm, tmp_path):
+    """The guide's example: cells opened in one session, fed side by side, stored for resume, in MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    from dspy_for.experiments import load_spec
+    from dspy_for.experiments.session import Session
+    from dspy_for.testing import for_responder
+
+    lm = install_scripted_lm(for_responder())
+    config = tmp_path / "c.toml"
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    config.write_text(
+        f'tracking_uri = "{uri}"\nlm = "openai/fake"\n[[datasets]]\nname = "gsm8k"\nsplit = "sample"\nfirst = 2\n'
+        '[[methods]]\nname = "cot"\n[[methods]]\nname = "single"\n'
+    )
+    spec = load_spec(config)
+
+    def run() -> dict[str, float]:
+        with Session(spec, items_dir=spec.items_dir(tmp_path / "mlruns"), name="my-run") as session:
+            cells = [c for m in spec.methods if (c := session.open(spec.datasets[0], m)) is not None]
+            session.feed(cells)
+            results = {c.label: c.result for c in cells}
+        assert session.status == "FINISHED" and session.run_id is not None
+        runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_run(session.run_id).info.experiment_id])
+        assert {r.data.tags.get("mlflow.runName") for r in runs} >= {"my-run", "cot / gsm8k", "single / gsm8k"}
+        return {label: r.accuracy for label, r in results.items() if r.n_scored == 2}
+
+    first = run()
+    calls = len(lm.calls)
+    assert set(first) == {"cot", "single"} and calls == 4
+    assert run() == first and len(lm.calls) == calls  # resumed from the stores: no LM call
