@@ -88,10 +88,10 @@ def test_records_stored_without_a_cost_are_priced_at_the_declared_price():
 
 
 def test_the_compile_cell_says_tokens_dollars_seconds_and_reused():
-    row = {"compile": {"tokens": 41_230, "usd": 0.082, "seconds": 95.2, "reused": True}}
-    assert compile_cell(row) == "41,230 tok · $0.082 · 95s (reused)"
-    assert compile_cell({"compile": {"tokens": 10, "usd": None, "seconds": 1.25, "reused": False}}) == "10 tok · 1.2s"
-    assert compile_cell({"compile": None}) == "-"
+    cost = {"tokens": 41_230, "usd": 0.082, "seconds": 95.2, "reused": True}  # a Summary's `compile`
+    assert compile_cell(cost) == "41,230 tok · $0.082 · 95s (reused)"
+    assert compile_cell({"tokens": 10, "usd": None, "seconds": 1.25, "reused": False}) == "10 tok · 1.2s"
+    assert compile_cell(None) == "-"
 
 
 def test_compiled_candidates_are_the_candidates_with_predictors_compiled_on_the_training_file(tmp_path, no_predictors):

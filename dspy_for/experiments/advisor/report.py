@@ -84,7 +84,7 @@ def volume_lines(advice: Advice) -> list[str]:
         lines.append(f"compiled on {advice.train} ({', '.join(advice.compilers)}): each compile once, cached")
     for c in advice.candidates:
         if c.compile and c.result is not None and c.result.compile is not None:
-            lines.append(f"  {c.label} compile: {compile_cell({'compile': c.result.compile.row()})}")
+            lines.append(f"  {c.label} compile: {compile_cell(c.result.compile.row())}")
     if advice.breakeven:
         lines.append(
             "break-even: the items after which the compiled candidate has the lower total cost per correct answer "

@@ -31,10 +31,10 @@ def compiled(rows: Iterable[Mapping[str, Any]]) -> bool:
     return any(r.get("compile") for r in rows)
 
 
-def compile_cell(row: Mapping[str, Any], baseline: str | None = None) -> str:
-    """``41,230 tok · $0.082 · 95s``, ``(reused)`` after it when the compiled program came from the cache; '-'
-    without a compile step."""
-    c = row.get("compile")
+def compile_cell(c: Mapping[str, Any] | None) -> str:
+    """A compile step's cost (:meth:`~dspy_for.experiments.core.compile_step.CompileCost.row`) as the table shows it:
+    ``41,230 tok · $0.082 · 95s``, ``(reused)`` after it when the compiled program came from the cache; '-' without
+    a compile step."""
     if not c:
         return "-"
     parts = [f"{c['tokens']:,} tok"]

@@ -13,14 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from dspy_for.experiments.core.spend import money
-from dspy_for.experiments.core.summary import Cell, summarize
+from dspy_for.experiments.core.summary import Cell, Summary, summarize
 from dspy_for.experiments.reports.breakeven import breakeven_figures
 from dspy_for.experiments.reports.compiled import (
     breakeven_text,
     compile_cell,
     compile_legend,
     compile_lines,
-    compiled,
     price_note,
 )
 from dspy_for.experiments.reports.diagnostics import diagnostics_text, method_diagnostics, round_accuracy
@@ -79,75 +78,82 @@ def summary_cells(result: ComparisonResult) -> list[Cell]:
 @dataclass(frozen=True)
 class Column:
     """One per-method column of the comparison table, after method, n and accuracy: its header, its cell for a
-    measured row (``cell(row, baseline)``) and whether the table shows it (``shown(rows)``)."""
+    measured method (``cell(summary, baseline)``) and whether the table shows it (``shown(summaries)``)."""
 
     header: str
-    cell: Callable[[dict[str, Any], str | None], str]
-    shown: Callable[[list[dict[str, Any]]], bool] = lambda rows: True
+    cell: Callable[[Summary, str | None], str]
+    shown: Callable[[list[Summary]], bool] = lambda summaries: True
 
 
-def _priced(rows: list[dict[str, Any]]) -> bool:
+def _priced(summaries: list[Summary]) -> bool:
     """Dollars are shown when any method's LM calls cost something (a run on local models, all $0, shows none)."""
-    return any((r.get("cost_per_item") or 0) > 0 for r in rows)
+    return any((s.cost_per_item or 0) > 0 for s in summaries)
 
 
-def _delta(row: dict[str, Any], baseline: str | None) -> str:
-    if row["method"] == baseline:
+def _delta(s: Summary, baseline: str | None) -> str:
+    if s.method == baseline:
         return "(baseline)"
-    if row["delta"] is None:
+    if s.delta is None or s.p_value is None:
         return "-"
-    return f"{100 * row['delta']:+.1f} ({format_p_value(row['p_value'])})"
+    return f"{100 * s.delta:+.1f} ({format_p_value(s.p_value)})"
 
 
-def _seconds(row: dict[str, Any], baseline: str | None) -> str:
-    value = row.get("seconds_per_item")
+def _seconds(s: Summary, baseline: str | None) -> str:
+    value = s.seconds_per_item
     if value is None:
         return "-"
     text = f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
-    return ("≥" if row.get("seconds_lower_bound") else "") + text + ("*" if row.get("reused_time") else "")
+    return ("≥" if s.seconds_lower_bound else "") + text + ("*" if s.reused_time else "")
 
 
 #: the per-method columns, in order (add one to show a new per-method number)
 COLUMNS: list[Column] = [
     Column("Δ pts", _delta),
-    Column("tok/item", lambda row, _: f"{row['tokens_per_item']:,.0f}"),
-    Column("$/item", lambda row, _: money(row.get("cost_per_item")), shown=_priced),
+    Column("tok/item", lambda s, _: f"{s.tokens_per_item or 0:,.0f}"),
+    Column("$/item", lambda s, _: money(s.cost_per_item), shown=_priced),
     Column("s/item", _seconds),
-    Column("compile", compile_cell, shown=compiled),
+    Column("compile", lambda s, _: compile_cell(s.compile), shown=lambda ss: any(s.compile for s in ss)),
 ]
 _LEAD = ["method", "n", "acc % [95% CI]"]
 
 
-def _columns(rows: list[dict[str, Any]]) -> list[Column]:
-    return [c for c in COLUMNS if c.shown(rows)]
+def _summaries(cells: list[Cell]) -> list[Summary]:
+    """The summaries of the cells that ran (not those that could not run)."""
+    return [c.summary for c in cells if c.summary is not None]
 
 
-def _header(rows: list[dict[str, Any]]) -> list[str]:
-    return [*_LEAD, *(c.header for c in _columns(rows))]
+def _columns(cells: list[Cell]) -> list[Column]:
+    return [c for c in COLUMNS if c.shown(_summaries(cells))]
 
 
-def _fmt_row(row: dict[str, Any], baseline: str | None, columns: list[Column]) -> list[str]:
+def _header(cells: list[Cell]) -> list[str]:
+    return [*_LEAD, *(c.header for c in _columns(cells))]
+
+
+def _fmt_row(cell: Cell, baseline: str | None, columns: list[Column]) -> list[str]:
     blank = [""] * len(columns)
-    if "error" in row:
-        return [row["method"], "-", "FAILED (could not run)", *blank]
-    n = str(row["n"]) + (f"×{row['epochs']}" if row.get("epochs", 1) > 1 else "")
-    n += f" +{row['failed']}✗" if row["failed"] else ""
-    if row["accuracy"] is None:  # nothing scored: every item failed, or none started (max_cost)
-        return [row["method"], n, "FAILED (every item)" if row["failed"] else "not run", *blank]
-    acc = f"{100 * row['accuracy']:.1f} [{100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f}]" + mixed_mark(row)
-    return [row["method"], n, acc, *(c.cell(row, baseline) for c in columns)]
+    s = cell.summary
+    if s is None:
+        return [cell.label, "-", "FAILED (could not run)", *blank]
+    n = str(s.n) + (f"×{s.epochs}" if s.epochs > 1 else "")
+    n += f" +{s.failed}✗" if s.failed else ""
+    if s.accuracy is None or s.ci_low is None or s.ci_high is None:  # nothing scored: every item failed, or none ran
+        return [s.method, n, "FAILED (every item)" if s.failed else "not run", *blank]
+    acc = f"{100 * s.accuracy:.1f} [{100 * s.ci_low:.1f}–{100 * s.ci_high:.1f}]" + mixed_mark(s)
+    return [s.method, n, acc, *(c.cell(s, baseline) for c in columns)]
 
 
 def legend(result: ComparisonResult) -> str:
     """What the columns mean, printed under each table."""
-    rows = [r for r in result.rows if "error" not in r]
+    summaries = _summaries(result.cells)
+    rows = [c.row() for c in result.cells if c.summary is not None]  # for the compile step's words
     text = (
         f"n: scored items; acc: % with Wilson 95% CI; Δ: points vs {result.spec.baseline} on the items both "
-        f"scored ({_tests(rows)}); tok/item: prompt+completion tokens per scored item, cache hits at their "
+        f"scored ({_tests(summaries)}); tok/item: prompt+completion tokens per scored item, cache hits at their "
         "original cost"
     )
-    sizes = sorted({r["n"] for r in rows if r.get("n")})
-    binary = all(r.get("paired_test") in (None, "mcnemar_exact") for r in rows)  # the floor is McNemar's
+    sizes = sorted({s.n for s in summaries if s.n})
+    binary = all(s.paired_test in (None, "mcnemar_exact") for s in summaries)  # the floor is McNemar's
     if result.spec.baseline and sizes and binary:
         floor = smallest_resolvable_difference(sizes[0])
         text += (
@@ -155,42 +161,42 @@ def legend(result: ComparisonResult) -> str:
             if floor is not None
             else f"; n={sizes[0]} is too few for any Δ to reach p<0.05"
         )
-    if _priced(rows):
+    if _priced(summaries):
         text += (
             "; $/item: USD per scored item at litellm's prices (or the LM's `price`), cache hits at their original "
             "cost; '-': an LM without a price"
         )
         note = price_note(rows)
         text += f"; {note}" if note else ""
-    if any(r.get("reasoning_tokens_per_item") for r in rows):
+    if any(s.reasoning_tokens_per_item for s in summaries):
         text += "; tok/item includes reasoning tokens (see reasoning/item below)"
-    repeated = [r for r in rows if r.get("epochs", 1) > 1]
+    repeated = [s for s in summaries if s.epochs > 1]
     if repeated:
-        reducers = sorted({r["reducer"] for r in repeated})
+        reducers = sorted({s.reducer for s in repeated})
         text += (
             f"; n×k: items × epochs, each item's value the {'/'.join(reducers)} of its epochs (reducer); the CI (for "
             "means: Student's t over items) and Δ are over items as clusters; tok/item per answer"
         )
-    if any(r["failed"] for r in rows):
+    if any(s.failed for s in summaries):
         text += "; +N✗: answers that failed (LM errors), left out of accuracy and tokens"
     text += (
         "; s/item: seconds of the method's own call per scored answer, as it ran (items run side by side overlap, "
         "so these do not add up to the run's time; answers every one of whose LM calls DSPy's cache served are left "
         "out, '-' when every answer was)"
     )
-    if any(r.get("seconds_lower_bound") for r in rows):
+    if any(s.seconds_lower_bound for s in summaries):
         text += "; ≥: some LM calls of the timed answers were served by DSPy's cache, so a cold run takes longer"
-    if any(r.get("reused_time") for r in rows):
+    if any(s.reused_time for s in summaries):
         text += "; s/item*: includes results reused from an earlier run, at the time they took then"
-    return text + compile_legend(rows) + serving_legend(rows) + "."
+    return text + compile_legend(rows) + serving_legend(summaries) + "."
 
 
 _TEST_NAMES = {"mcnemar_exact": "exact McNemar p", "paired_bootstrap": "paired bootstrap p over per-item values"}
 
 
-def _tests(rows: list[dict[str, Any]]) -> str:
+def _tests(summaries: list[Summary]) -> str:
     """The paired tests behind the Δ column's p-values: exact McNemar on 0/1 values, a paired bootstrap else."""
-    used = sorted({r["paired_test"] for r in rows if r.get("paired_test")}) or ["mcnemar_exact"]
+    used = sorted({s.paired_test for s in summaries if s.paired_test}) or ["mcnemar_exact"]
     if len(used) == 1:
         return _TEST_NAMES.get(used[0], used[0])
     return "; ".join(f"{_TEST_NAMES.get(t, t)} where {'0/1' if t == 'mcnemar_exact' else 'not 0/1'}" for t in used)
@@ -200,30 +206,29 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
     """One line per method with its unparsed count, tokens per item by role and the mean of its per-item
     stats (e.g. FOR's rounds used, ProRefine's steps used and refined share), then its diagnostics, if any."""
     lines = []
-    for row in result.rows:
-        if row["dataset"] != dataset or "error" in row or row["accuracy"] is None:
+    for cell in result.cells:
+        s = cell.summary
+        if cell.dataset != dataset or s is None or s.accuracy is None:
             continue
-        roles = row.get("tokens_per_item_by_role") or {}
-        line = f"{row['method']}: tokens/item by role: " + " · ".join(
-            f"{name} {value:,.0f}" for name, value in sorted(roles.items())
+        line = f"{s.method}: tokens/item by role: " + " · ".join(
+            f"{name} {value:,.0f}" for name, value in sorted(s.tokens_per_item_by_role.items())
         )
-        line += f"; calls/item {row['calls_per_item']:.1f}"
-        if row.get("reasoning_tokens_per_item"):
-            line += f"; reasoning/item {row['reasoning_tokens_per_item']:,.0f}"
-        if row.get("spread"):
-            sp = row["spread"]
+        line += f"; calls/item {s.calls_per_item or 0:.1f}"
+        if s.reasoning_tokens_per_item:
+            line += f"; reasoning/item {s.reasoning_tokens_per_item:,.0f}"
+        if s.spread:
+            sp = s.spread
             line += (
                 f"; epochs disagree on {100 * sp['disagreeing']:.0f}% of items (sd {sp['epoch_sd']:.2f} between "
                 f"epochs), sampling alone moves its accuracy ±{100 * 1.96 * sp['sampling_se']:.1f} pts"
             )
-        if row["unparsed"]:
-            line += f"; unparsed {row['unparsed']} (scored wrong)"
-        stats = row.get("stats") or {}
-        if stats:
-            line += "; mean " + ", ".join(f"{key} {value:.2f}" for key, value in sorted(stats.items()))
+        if s.unparsed:
+            line += f"; unparsed {s.unparsed} (scored wrong)"
+        if s.stats:
+            line += "; mean " + ", ".join(f"{key} {value:.2f}" for key, value in sorted(s.stats.items()))
         lines.append(line)
-        if row.get("diagnostics"):
-            lines.append(f"{row['method']} diagnostics: {diagnostics_text(row['diagnostics'])}")
+        if cell.diagnostics:
+            lines.append(f"{s.method} diagnostics: {diagnostics_text(cell.diagnostics)}")
     return lines
 
 
@@ -256,9 +261,9 @@ def split_title(result: ComparisonResult, dataset: str) -> str:
 def table_text(result: ComparisonResult) -> str:
     out = []
     for dataset in result.results:
-        mine = [r for r in result.rows if r["dataset"] == dataset]
+        mine = [c for c in result.cells if c.dataset == dataset]
         header, columns = _header(mine), _columns(mine)
-        rows = [_fmt_row(r, result.spec.baseline, columns) for r in mine]
+        rows = [_fmt_row(c, result.spec.baseline, columns) for c in mine]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
         out.append(f"== {split_title(result, dataset)} ==")
         out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
@@ -304,11 +309,11 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
             padding=(0, 1),
             pad_edge=False,
         )
-        mine = [r for r in result.rows if r["dataset"] == dataset]
+        mine = [c for c in result.cells if c.dataset == dataset]
         for h in _header(mine):
             t.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
-        for r in mine:
-            t.add_row(*_fmt_row(r, result.spec.baseline, _columns(mine)))
+        for c in mine:
+            t.add_row(*_fmt_row(c, result.spec.baseline, _columns(mine)))
         # plain text, never rich markup: a diagnostics line's "[round 1, ...]" would read as a markup tag and vanish
         t.caption = Text("\n".join([legend(result), *_below(result, dataset)]))
         t.caption_justify = "left"
