@@ -84,7 +84,7 @@ def test_records_stored_without_a_cost_are_priced_at_the_declared_price():
     assert s.cost_per_item == pytest.approx((600 * 0.02 + 100 * 0.04) / 1e6)
     assert s.priced_at == {"m-0.5b": {"input": 0.02, "output": 0.04}}
     assert s.tokens_per_item_by_lm == {"m-0.5b": 700.0}
-    assert "the declared `price`" in price_note([s.row()]) and "m-0.5b $0.020 / $0.040" in price_note([s.row()])
+    assert "the declared `price`" in price_note([s]) and "m-0.5b $0.020 / $0.040" in price_note([s])
 
 
 def test_the_compile_cell_says_tokens_dollars_seconds_and_reused():

@@ -14,6 +14,7 @@ from dspy_for.lm import model_label
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core.outcome import ComparisonResult
+    from dspy_for.experiments.core.summary import Summary
 
 __all__ = [
     "breakeven_of",
@@ -21,14 +22,8 @@ __all__ = [
     "compile_cell",
     "compile_legend",
     "compile_lines",
-    "compiled",
     "price_note",
 ]
-
-
-def compiled(rows: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether any method of ``rows`` has a compile step (the table then shows its ``compile`` column)."""
-    return any(r.get("compile") for r in rows)
 
 
 def compile_cell(c: Mapping[str, Any] | None) -> str:
@@ -45,9 +40,9 @@ def compile_cell(c: Mapping[str, Any] | None) -> str:
     return " · ".join(parts) + (" (reused)" if c.get("reused") else "")
 
 
-def compile_legend(rows: list[dict[str, Any]]) -> str:
+def compile_legend(summaries: Iterable[Summary]) -> str:
     """The ``compile`` column's part of the legend ('' when no method compiles)."""
-    if not compiled(rows):
+    if not any(s.compile for s in summaries):
         return ""
     return (
         "; compile: what the method's compile step cost once (prompt+completion tokens of every LM it called, USD "
@@ -59,15 +54,15 @@ def compile_legend(rows: list[dict[str, Any]]) -> str:
 def compile_lines(result: ComparisonResult, dataset: str) -> list[str]:
     """One line per compiled method on ``dataset``: its compiler, tokens by role and by LM, the items it decided on."""
     lines = []
-    for row in result.rows:
-        c = row.get("compile")
-        if row["dataset"] != dataset or "error" in row or not c:
+    for cell in result.cells:
+        c = cell.summary.compile if cell.summary is not None else None
+        if cell.dataset != dataset or not c:
             continue
         roles = " · ".join(f"{name} {tokens:,}" for name, tokens in c["tokens_by_role"].items())
         lms = " · ".join(f"{model_label(lm)} {tokens:,}" for lm, tokens in c["tokens_by_lm"].items()) or "not recorded"
         how = "reused from the cache (not spent now)" if c["reused"] else "compiled by this run"
         lines.append(
-            f"{row['method']} compile ({c['kind']}, {how}): tokens by role: {roles}; by LM: {lms}; trained on "
+            f"{cell.label} compile ({c['kind']}, {how}): tokens by role: {roles}; by LM: {lms}; trained on "
             f"{c['train_items']} item(s), validated on {c['val_items']}, {c['left_out']} scored item(s) left out"
         )
     return lines
@@ -79,11 +74,11 @@ def breakeven_of(result: ComparisonResult) -> list[dict[str, Any]]:
     return breakeven_rows(result.rows, grid_pairs(result.spec.methods, result.rows))
 
 
-def price_note(rows: Iterable[Mapping[str, Any]]) -> str:
+def price_note(summaries: Iterable[Summary]) -> str:
     """Which declared prices priced records stored without a cost ('' when none was needed)."""
     prices: dict[str, Mapping[str, float]] = {}
-    for r in rows:
-        prices.update(r.get("priced_at") or {})
+    for s in summaries:
+        prices.update(s.priced_at)
     if not prices:
         return ""
     each = ", ".join(f"{lm} {money(p['input'])} / {money(p['output'])}" for lm, p in sorted(prices.items()))
@@ -108,5 +103,5 @@ def breakeven_text(result: ComparisonResult, dataset: str) -> list[str]:
         f"break-even, in {unit}: the number of items after which the method with the larger fixed cost (its "
         "compile) has the lower total cost per correct answer; the range is over the accuracy intervals"
     )
-    note = price_note(rows)
+    note = price_note(c.summary for c in result.cells if c.dataset == dataset and c.summary is not None)
     return [head + (f"; {note}" if note else ""), *breakeven_lines(mine)]

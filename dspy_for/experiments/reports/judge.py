@@ -10,6 +10,7 @@ from dspy_for.stats import format_p_value
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core.outcome import ComparisonResult
+    from dspy_for.experiments.core.summary import Summary
 
 __all__ = [
     "JUDGE_HEADER",
@@ -23,8 +24,8 @@ __all__ = [
 JUDGE_HEADER = ["method", "judged acc %", "reasoning", "coherence", "holistic"]
 
 
-def judge_table_row(row: dict[str, Any]) -> list[str]:
-    j = row["judge"]
+def judge_table_row(s: Summary) -> list[str]:
+    j = s.judge
 
     def cell(score: str, pct: bool) -> str:
         if score not in j:
@@ -33,7 +34,7 @@ def judge_table_row(row: dict[str, Any]) -> list[str]:
         fmt = "{:.1f}" if pct else "{:.2f}"
         return f"{fmt.format(k * e['mean'])} [{fmt.format(k * e['low'])}–{fmt.format(k * e['high'])}]"
 
-    return [row["method"], cell("judged_accuracy", True), *(cell(s, False) for s in JUDGE_SCORES[1:])]
+    return [s.method, cell("judged_accuracy", True), *(cell(score, False) for score in JUDGE_SCORES[1:])]
 
 
 def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
@@ -41,17 +42,15 @@ def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
     trusted (its agreement with the dataset's metric, and how often it failed)."""
     lines = []
     spec_judge = result.spec.judge
-    for row in result.rows:
-        if row["dataset"] != dataset or "judge" not in row:
-            continue
-        j = row["judge"]
+    for summary in judged_rows(result, dataset):
+        j = summary.judge
         deltas = [
             f"{s.split('.')[-1]} {(100 if s == 'judged_accuracy' else 1) * j[s]['delta']:+.2f} "
             f"({format_p_value(j[s]['p_value'])})"
             for s in JUDGE_SCORES
             if s in j and "delta" in j[s]
         ]
-        line = f"{row['method']}: judged {j['n']}"
+        line = f"{summary.method}: judged {j['n']}"
         if "kappa" in j:
             line += (
                 f"; judge vs metric: agreement {100 * j['agreement']:.0f}%, Cohen's κ {j['kappa']:.2f} "
@@ -75,11 +74,12 @@ def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
     return lines
 
 
-def judged_rows(result: ComparisonResult, dataset: str) -> list[dict[str, Any]]:
-    return [r for r in result.rows if r["dataset"] == dataset and "judge" in r]
+def judged_rows(result: ComparisonResult, dataset: str) -> list[Summary]:
+    """The summaries of the methods on ``dataset`` the judge graded."""
+    return [c.summary for c in result.cells if c.dataset == dataset and c.summary is not None and c.summary.judge]
 
 
-def judge_figure(dataset: str, rows: list[dict[str, Any]]) -> Any:
+def judge_figure(dataset: str, rows: list[Summary]) -> Any:
     """The four judge scores per method (grouped bars, 95% CIs), a ``Figure`` made without pyplot."""
     from matplotlib.figure import Figure
 
@@ -91,14 +91,14 @@ def judge_figure(dataset: str, rows: list[dict[str, Any]]) -> Any:
         ys: list[float] = []
         err: list[list[float]] = [[], []]
         for i, row in enumerate(rows):
-            e = row["judge"].get(score)
+            e = row.judge.get(score)
             if e:
                 xs.append(i + (k - 1.5) * width)
                 ys.append(e["mean"])
                 err[0].append(max(0.0, e["mean"] - e["low"]))
                 err[1].append(max(0.0, e["high"] - e["mean"]))
         ax.bar(xs, ys, width, yerr=err, capsize=3, label=score.replace("quality.", ""))
-    ax.set_xticks(range(len(rows)), [r["method"] for r in rows], fontsize=8)
+    ax.set_xticks(range(len(rows)), [r.method for r in rows], fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("judge score (95% CI)")
     ax.set_title(f"Judged accuracy and quality on {dataset}")

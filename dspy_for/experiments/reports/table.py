@@ -146,7 +146,6 @@ def _fmt_row(cell: Cell, baseline: str | None, columns: list[Column]) -> list[st
 def legend(result: ComparisonResult) -> str:
     """What the columns mean, printed under each table."""
     summaries = _summaries(result.cells)
-    rows = [c.row() for c in result.cells if c.summary is not None]  # for the compile step's words
     text = (
         f"n: scored items; acc: % with Wilson 95% CI; Δ: points vs {result.spec.baseline} on the items both "
         f"scored ({_tests(summaries)}); tok/item: prompt+completion tokens per scored item, cache hits at their "
@@ -166,7 +165,7 @@ def legend(result: ComparisonResult) -> str:
             "; $/item: USD per scored item at litellm's prices (or the LM's `price`), cache hits at their original "
             "cost; '-': an LM without a price"
         )
-        note = price_note(rows)
+        note = price_note(summaries)
         text += f"; {note}" if note else ""
     if any(s.reasoning_tokens_per_item for s in summaries):
         text += "; tok/item includes reasoning tokens (see reasoning/item below)"
@@ -188,7 +187,7 @@ def legend(result: ComparisonResult) -> str:
         text += "; ≥: some LM calls of the timed answers were served by DSPy's cache, so a cold run takes longer"
     if any(s.reused_time for s in summaries):
         text += "; s/item*: includes results reused from an earlier run, at the time they took then"
-    return text + compile_legend(rows) + serving_legend(summaries) + "."
+    return text + compile_legend(summaries) + serving_legend(summaries) + "."
 
 
 _TEST_NAMES = {"mcnemar_exact": "exact McNemar p", "paired_bootstrap": "paired bootstrap p over per-item values"}
