@@ -39,7 +39,7 @@ from dspy_for.jsonwalk import jsonable
 from dspy_for.metrics import extract_number
 from dspy_for.modules import for_signatures as S
 from dspy_for.modules import trajectory as T
-from dspy_for.modules.role_lms import PerRoleLMs
+from dspy_for.modules.role_lms import PerRoleLMs, RoleLMSet
 from dspy_for.modules.role_predict import RolePredict, lm_in_use
 
 __all__ = ["STOP_RULES", "SelfConsistency", "StopRule", "Votes", "beta_confidence"]
@@ -227,6 +227,19 @@ class SelfConsistency(PerRoleLMs):
             self.cot.predict = RolePredict(self.cot.predict.signature, module=name, role="cot")
         else:
             self.defender = RolePredict(S.defender_signature(self.signature), module=name, role="defender")
+
+    def set_lm(self, lm: Any) -> None:
+        """Its sampling role's LM (how a user gives it one: the module has no other role). Kept as that role's own
+        LM (``role_lm``), so it holds wherever the module sits, inside a program of yours too."""
+        if isinstance(lm, RoleLMSet):
+            super().set_lm(lm)
+            return
+        for _, predictor in self.named_predictors():
+            predictor.lm = None
+            if isinstance(predictor, RolePredict):
+                predictor.role_lm = lm
+            else:  # pragma: no cover - every sampler is a role predictor
+                predictor.lm = lm
 
     @property
     def sampler(self) -> Any:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
+from matrix_nested import NEST_TITLES, OTHER, other_module
 
 from dspy_for.experiments.methods import get_method
 from dspy_for.modules import Cascade, FORPrompting, ProRefine, SelfConsistency
@@ -190,6 +191,8 @@ class Layout:
     models: Mapping[str, str]
     shared: bool = False
     spec: bool = False
+    #: where the module sits (:mod:`matrix_nested`); None: it is the outermost program
+    nest: str | None = None
 
     def expected(self, role: str, configured: str = CONFIGURED) -> str:
         """The model ``role``'s calls name: its own LM's, else the one in force (``configured``)."""
@@ -204,6 +207,7 @@ LAYOUT_TITLES = {
     "all": "every role its own LM",
     "same": "every role given the same LM object",
     "spec": "every role's LM given as a spec string",
+    **{n: f"{t}; the `one` role's LM given" for n, t in NEST_TITLES.items()},
 }
 
 
@@ -211,6 +215,12 @@ def layouts(module: ModuleSpec) -> dict[str, Layout]:
     """The layouts that differ for ``module`` (a module with one role has only ``none`` and ``one``)."""
     roles = list(module.roles)
     out = {"none": Layout("none", {}), "one": Layout("one", {module.one: model_name(module.one)})}
+    for nest in NEST_TITLES:
+        if nest == "two_modules":
+            other = OTHER + other_module(module.cls.__name__, None)[1]
+            out[nest] = Layout(nest, dict.fromkeys((module.one, other), model_name("shared")), shared=True, nest=nest)
+        else:
+            out[nest] = Layout(nest, {module.one: model_name(module.one)}, nest=nest)
     if len(roles) == 1:
         return out
     out["several"] = Layout("several", {r: model_name(r) for r in module.several})

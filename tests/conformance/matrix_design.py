@@ -20,10 +20,13 @@ from matrix_cells import LAYOUT_TITLES, MODULES, layouts
 from matrix_compilers import COMPILERS
 from matrix_context import EntryPoint
 from matrix_entries import ENTRY_POINTS
+from matrix_nested import NEST_TITLES
 
 ALL_ENTRY_POINTS: dict[str, EntryPoint] = {**ENTRY_POINTS, **COMPILERS}
 WRAPPERS = ("best_of_n", "refine")
 SAVE_LOAD = ("save_json", "save_pkl", "save_program")
+#: the entry points where the program around a module can change what happens to its roles' LMs
+NESTED_ENTRY_POINTS = (*WRAPPERS, *SAVE_LOAD, "deepcopy", "reset_copy", *COMPILERS)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,11 @@ def _design() -> list[Cell]:
     for m in ("for", "prorefine"):
         for e in COMPILERS:
             cells.update(Cell(m, e, lay) for lay in ("none", "one", "same"))
+    nests = list(NEST_TITLES)
+    for i, m in enumerate(MODULES):  # every module with every entry point where nesting matters, in one nested layout
+        cells.update(Cell(m, e, nests[(i + j) % len(nests)]) for j, e in enumerate(NESTED_ENTRY_POINTS))
+    for m in ("for", "prorefine"):  # every nested layout with every compiler
+        cells.update(Cell(m, e, nest) for e in COMPILERS for nest in nests)
     if "none" in layouts(MODULES["defender_sc"]):
         cells.update(Cell("defender_sc", e, "none") for e in COMPILERS)
     order = {name: i for i, name in enumerate([*MODULES, *ALL_ENTRY_POINTS, *LAYOUT_TITLES])}

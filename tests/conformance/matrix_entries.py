@@ -15,7 +15,7 @@ from typing import Any
 import dspy
 from dspy.clients import base_lm
 from dspy.utils.callback import BaseCallback
-from matrix_cells import API_KEY, CONFIGURED, SPEC_KEY, answer_of, example, question
+from matrix_cells import API_KEY, SPEC_KEY, answer_of, example, question
 from matrix_context import Ctx, EntryPoint, LMCalls, answer, assert_every_role_ran
 from matrix_log import HINT_FIELD
 
@@ -122,11 +122,11 @@ def run_best_of_n(ctx: Ctx) -> None:
 
 
 def run_refine(ctx: Ctx) -> None:
-    ctx.tools.add(CONFIGURED)  # Refine asks the configured LM for its advice
+    ctx.tools.add(ctx.configured)  # Refine asks the LM in force for its advice
     _attempts(ctx, dspy.Refine)
     calls = ctx.calls()
     advice = [c for c in calls if c.role is None and "module_names" in c.text]
-    assert len(advice) == 1 and advice[0].model == CONFIGURED, [c.model for c in advice]
+    assert len(advice) == 1 and advice[0].model == ctx.configured, [c.model for c in advice]
     second = [c for c in calls if c.index > advice[0].index]
     for role in ctx.spec.answering:
         mine = [c for c in second if c.role == role]
