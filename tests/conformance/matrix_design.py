@@ -26,7 +26,7 @@ ALL_ENTRY_POINTS: dict[str, EntryPoint] = {**ENTRY_POINTS, **COMPILERS}
 WRAPPERS = ("best_of_n", "refine")
 SAVE_LOAD = ("save_json", "save_pkl", "save_program")
 #: the entry points where the program around a module can change what happens to its roles' LMs
-NESTED_ENTRY_POINTS = (*WRAPPERS, *SAVE_LOAD, "deepcopy", "reset_copy", *COMPILERS)
+NESTED_ENTRY_POINTS = (*WRAPPERS, *SAVE_LOAD, "mlflow_model", "deepcopy", "reset_copy", *COMPILERS)
 
 
 @dataclass(frozen=True)

@@ -292,6 +292,23 @@ def save_load(form: str) -> Callable[[Ctx], None]:
     return run
 
 
+def run_mlflow_model(ctx: Ctx) -> None:
+    """``mlflow.dspy.save_model`` then ``mlflow.dspy.load_model`` (what ``log_model`` saves to a run, without a
+    tracking store; MLflow pickles the whole program, as ``save_program=True``): the loaded program keeps its demos
+    and routes every role as the saved one."""
+    import mlflow.dspy
+
+    program = ctx.build()
+    demos = _with_demos(program)
+    path = ctx.tmp_path / "mlflow_model"
+    mlflow.dspy.save_model(program, str(path), pip_requirements=["dspy"])  # (no inference: a subprocess)
+    loaded = mlflow.dspy.load_model(str(path))
+    assert demos_of(loaded) == demos, "the demos were not restored"
+    assert answer(loaded(question=question(1))) == answer_of(1)
+    _demos_reach_calls(ctx, 0)
+    assert_every_role_ran(ctx)
+
+
 def run_load_without_lms(ctx: Ctx) -> None:
     """State saved from a module whose role LMs are objects, loaded into one built without them: each role the file
     names an LM for must be supplied again (a refusal naming it), never silently run on another LM."""
@@ -376,6 +393,12 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
             "`save(dir, save_program=True)` → `dspy.load`",
             "demos restored and shown in every call",
             save_load("program"),
+        ),
+        EntryPoint(
+            "mlflow_model",
+            "`mlflow.dspy.save_model` (what `log_model` logs) → `mlflow.dspy.load_model`",
+            "demos restored and shown in every call",
+            run_mlflow_model,
         ),
         EntryPoint(
             "load_without_lms",
