@@ -21,6 +21,7 @@ from matrix_log import HINT_FIELD
 
 from dspy_for.lm.roles import DEFAULT_ROLE
 from dspy_for.lm.usage import track_usage
+from dspy_for.modules.role_predict import lm_in_use
 
 # --------------------------------------------------------------------------------------------- calls
 
@@ -234,13 +235,13 @@ def _demos_reach_calls(ctx: Ctx, start: int) -> None:
 
 def run_deepcopy(ctx: Ctx) -> None:
     program = ctx.build()
-    before = {n: p.lm for n, p in program.named_predictors()}
+    before = {n: (p.lm, lm_in_use(p)) for n, p in program.named_predictors()}
     saved = _with_demos(program)
     copy = program.deepcopy()
     assert not {id(p) for p in copy.predictors()} & {id(p) for p in program.predictors()}
     assert demos_of(copy) == saved
     assert answer(copy(question=question(1))) == answer_of(1)
-    assert {n: p.lm for n, p in program.named_predictors()} == before, "the original's LMs changed"
+    assert {n: (p.lm, lm_in_use(p)) for n, p in program.named_predictors()} == before, "the original's LMs changed"
     _demos_reach_calls(ctx, 0)
     assert_every_role_ran(ctx)
 
