@@ -60,7 +60,7 @@ def test_mipro_with_bootstrapped_demos_keeps_the_debater_on_its_lm_while_compili
         assert compiled.solve.debater.role_lm.model == "openai/deb" and compiled.solve.debater.lm is None
 
 
-def test_set_lm_keeps_dspys_meaning_and_the_roles_own_lm_comes_back_with_a_reset() -> None:
+def test_set_lm_keeps_dspys_meaning_through_a_reset_and_set_lm_none_gives_each_role_its_own_lm_back() -> None:
     with RoleServer() as server:
         dspy.configure(lm=server.lm("cfg"))
         program, other = Pipeline(server.lm("deb")), server.lm("other")
@@ -71,6 +71,10 @@ def test_set_lm_keeps_dspys_meaning_and_the_roles_own_lm_comes_back_with_a_reset
         server.requests.clear()
         program.reset_copy()(question=Q)  # a reset empties what set_lm put on DSPy's own predictors ...
         assert server.models_by_role()["debater"] == {"other"}  # ... and on a role predictor keeps it (routing)
+        server.requests.clear()
+        program.set_lm(None)  # every role back on its own LM, the rest on the LM in force
+        program(question=Q)
+        assert server.models_by_role()["debater"] == {"deb"} and server.models_by_role()["host"] == {"cfg"}
         server.requests.clear()
         with dspy.context(lm=other):  # the other behaviour: an LM for every predictor without one of its own
             Pipeline(server.lm("deb"))(question=Q)
