@@ -4,7 +4,10 @@ Every module × every entry point with every role on its own LM (``all``; ``defe
 role's LM given, ``one``); the layouts most likely to break — none, one, several and the same object — on
 ``dspy.BestOfN`` / ``dspy.Refine`` for every module, and none, one and the same object on every compiler for
 FOR-Prompting and ProRefine (the cascade and the papers' versions are those classes again); every layout, spec strings
-too, on every save / load form for every module.
+too, on every save / load form for every module. And where users put a module (:mod:`matrix_nested`: inside their own
+plain ``dspy.Module``, beside another module, in a ``dspy.ReAct`` tool, under ``dspy.context(lm=...)``): every module
+with every entry point where that can matter (:data:`NESTED_ENTRY_POINTS`) in one of them, in turn, and FOR-Prompting
+and ProRefine with every compiler in each.
 
 A cell works (the entry point's promise holds and every role's calls named that role's model), or it is refused
 before any LM call with a ``ConfigError`` naming the fix; :data:`REFUSED` says which cells are to be refused and with
