@@ -13,11 +13,11 @@ from typing import Any
 
 import dspy
 import pytest
+from matrix_log import typed_fields
 
 from dspy_for.datasets import load_dataset
 from dspy_for.lm.server import ensure_server
 from dspy_for.modules import FORPrompting
-from dspy_for.testing import system_text
 from dspy_for.testing.server import OpenAICompatibleServer
 
 pytestmark = pytest.mark.llm
@@ -60,10 +60,12 @@ class Pipeline(dspy.Module):
 
 
 def _routes(requests: list[dict[str, Any]]) -> dict[str, set[str]]:
-    """``debater`` / ``other`` → the models their requests named (a Debater request asks for ``questions``)."""
+    """``debater`` / ``other`` → the models their requests named (a Debater request's output field is
+    ``questions``; the Defender's revision has it as an input)."""
     out: dict[str, set[str]] = {}
     for r in requests:
-        kind = "debater" if "`questions`" in system_text(r.get("messages") or []) else "other"
+        _, outputs = typed_fields(r.get("messages") or []) or ([], [])
+        kind = "debater" if "questions" in {name for name, _ in outputs} else "other"
         out.setdefault(kind, set()).add(str(r.get("model")).removeprefix("openai/"))
     return out
 
