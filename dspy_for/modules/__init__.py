@@ -6,6 +6,7 @@ from dspy_for.modules.cascade import Cascade
 from dspy_for.modules.for_prompting import FORPrompting
 from dspy_for.modules.prorefine import ProRefine, export_program
 from dspy_for.modules.role_lms import PerRoleLMs, RoleLMSet
+from dspy_for.modules.role_predict import RolePredict
 from dspy_for.modules.self_consistency import SelfConsistency
 from dspy_for.modules.trajectory import (
     AnswerFields,
@@ -32,6 +33,7 @@ __all__ = [
     "QuestionsFields",
     "RevisionFields",
     "RoleLMSet",
+    "RolePredict",
     "SelfConsistency",
     "SynthesisFields",
     "TurnUsage",

@@ -35,17 +35,22 @@ class FieldRecoveringChatAdapter(dspy.ChatAdapter):
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         try:
-            values = super().parse(signature, completion)
+            values = _chat_parse(self, signature, completion)
         except AdapterParseError as unreadable:
             repaired = restore_field_headers(completion, list(signature.output_fields))
             if repaired is None:
                 raise
             try:
-                values = super().parse(signature, repaired)
+                values = _chat_parse(self, signature, repaired)
             except AdapterParseError:
                 raise unreadable from None  # the error names the LM's own reply, not the repair
             completion = repaired
         return _with_quoted_lists(signature, completion, values)
+
+
+# DSPy wraps `format` / `parse` with its callbacks once more on every subclass (`Adapter.__init_subclass__`), so a
+# subclass's inherited `format` would open an adapter span inside an adapter span: it keeps ChatAdapter's, wrapped once
+FieldRecoveringChatAdapter.format = dspy.ChatAdapter.format  # type: ignore[method-assign]
 
 
 def python_quoted_items(text: str) -> list[str] | None:
@@ -56,6 +61,12 @@ def python_quoted_items(text: str) -> list[str] | None:
     if match is None:
         return None
     return [item.strip() for item in _QUOTED_SEPARATOR.split(match.group(1))]
+
+
+def _chat_parse(adapter: dspy.ChatAdapter, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
+    """ChatAdapter's parse without its callbacks: this adapter's own ``parse`` is the one span of the call."""
+    parse = getattr(dspy.ChatAdapter.parse, "__wrapped__", dspy.ChatAdapter.parse)
+    return parse(adapter, signature, completion)  # type: ignore[no-any-return]
 
 
 def _with_quoted_lists(signature: type[dspy.Signature], completion: str, values: dict[str, Any]) -> dict[str, Any]:

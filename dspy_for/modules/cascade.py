@@ -108,7 +108,8 @@ class Cascade(PerRoleLMs):
         self.samples = SelfConsistency(
             self.signature, max_samples, temperature, stop=stop, batch=batch, threshold=threshold, prompt="defender"
         )
-        self.samples.defender.lm = defender = resolve_lm(defender_lm)
+        self.samples.defender.role_lm = defender = resolve_lm(defender_lm)
+        self.samples.defender.lm_parameter = "defender_lm"
         self.debate = (
             FORPrompting(
                 self.signature, rounds=rounds, host=True, defender_lm=defender, debater_lm=debater_lm, host_lm=host_lm

@@ -49,6 +49,7 @@ from dspy_for.modules import trajectory as T
 from dspy_for.modules.adapters import FieldRecoveringChatAdapter
 from dspy_for.modules.guard import Violations, numbers_in, screen_questions, unused_numbers
 from dspy_for.modules.role_lms import PerRoleLMs
+from dspy_for.modules.role_predict import RolePredict
 from dspy_for.modules.task_text import render_task
 
 __all__ = ["FORPrompting"]
@@ -131,13 +132,15 @@ class FORPrompting(PerRoleLMs):
         )
         # whether revisions name errors (typed error_found / error), and the Host is shown them
         self._named_errors = "error_found" in sigs.revise.output_fields
-        self.defender = dspy.Predict(sigs.defender)
-        self.revise = dspy.Predict(sigs.revise)
-        self.debater = dspy.Predict(sigs.debater)
-        self.host = dspy.Predict(sigs.host)
-        self.defender.lm = self.revise.lm = resolve_lm(defender_lm)
-        self.debater.lm = resolve_lm(debater_lm)
-        self.host.lm = resolve_lm(host_lm)
+        name, defender = type(self).__name__, resolve_lm(defender_lm)
+        self.defender = RolePredict(
+            sigs.defender, module=name, role="defender", lm=defender, lm_parameter="defender_lm"
+        )
+        self.revise = RolePredict(
+            sigs.revise, module=name, role="defender", step="revise", lm=defender, lm_parameter="defender_lm"
+        )
+        self.debater = RolePredict(sigs.debater, module=name, role="debater", lm=debater_lm, lm_parameter="debater_lm")
+        self.host = RolePredict(sigs.host, module=name, role="host", lm=host_lm, lm_parameter="host_lm")
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         return T.run_sync(self._debate(T.SYNC_CALLS, inputs))

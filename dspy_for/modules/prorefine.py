@@ -39,7 +39,6 @@ from dspy.signatures.signature import ensure_signature
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.errors import ConfigError
-from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import Usage, role, track_usage
 from dspy_for.metrics import numeric_match
 from dspy_for.modules import prorefine_signatures as S
@@ -49,6 +48,7 @@ from dspy_for.modules.guard import numbers_in
 from dspy_for.modules.prorefine_signatures import Feedback, Optimizer, Verifier
 from dspy_for.modules.prorefine_task import TaskOutput
 from dspy_for.modules.role_lms import PerRoleLMs
+from dspy_for.modules.role_predict import RolePredict
 from dspy_for.modules.task_text import render_task
 
 __all__ = ["ProRefine", "clean_prompt", "export_program", "rejection_reason"]
@@ -171,13 +171,16 @@ class ProRefine(PerRoleLMs):
         # with "cot" the task predictor is exactly dspy.ChainOfThought's, so the unrefined answer is the CoT
         # baseline's answer (same messages, same cache entry) and any difference is refinement's doing
         task_sig = dspy.ChainOfThought(self.signature).predict.signature if task_module == "cot" else self.signature
-        self.task = dspy.Predict(task_sig)
-        paper = prompts == "paper"
-        self.feedback = dspy.Predict(S.PaperFeedback if paper else Feedback)
-        self.optimizer = dspy.Predict(S.paper_optimizer_signature(history=history == "chat") if paper else Optimizer)
-        self.verifier = dspy.Predict(Verifier)
-        self.task.lm, self.feedback.lm = resolve_lm(task_lm), resolve_lm(feedback_lm)
-        self.optimizer.lm, self.verifier.lm = resolve_lm(optimizer_lm), resolve_lm(verifier_lm)
+        paper, name = prompts == "paper", type(self).__name__
+        sigs = {
+            "task": task_sig,
+            "feedback": S.PaperFeedback if paper else Feedback,
+            "optimizer": S.paper_optimizer_signature(history=history == "chat") if paper else Optimizer,
+            "verifier": Verifier,
+        }
+        lms = {"task": task_lm, "feedback": feedback_lm, "optimizer": optimizer_lm, "verifier": verifier_lm}
+        made = {r: RolePredict(sig, module=name, role=r, lm=lms[r], lm_parameter=f"{r}_lm") for r, sig in sigs.items()}
+        self.task, self.feedback, self.optimizer, self.verifier = (made[r] for r in sigs)
 
     def forward(self, gold: dspy.Example | None = None, **inputs: Any) -> dspy.Prediction:
         return T.run_sync(self._refine(T.SYNC_CALLS, inputs, gold))

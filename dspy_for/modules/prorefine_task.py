@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from dspy_for.compat.dspy import call_with_messages, refine_hint
 from dspy_for.errors import ConfigError
 from dspy_for.lm.usage import role, track_usage
 from dspy_for.modules import trajectory as T
+from dspy_for.modules.role_predict import RolePredict, lm_in_use, naming_errors
 
 __all__ = ["TaskOutput", "answer", "capped_step", "parses"]
 
@@ -68,14 +70,14 @@ def capped_step(task: dspy.Predict, prompt: str, inputs: dict[str, Any], max_tok
     """One task-LM call in the exact message format of the final answer, capped at ``max_tokens``."""
     request = _request(task, prompt, inputs)
     messages = request.adapter.format(request.signature, task.demos, request.inputs)
-    lm = task.lm or dspy.settings.lm
+    lm = lm_in_use(task) or dspy.settings.lm
     if lm is None:
         raise ConfigError("No LM for the `task` role: pass `task_lm=` or call dspy.configure(lm=...).")
     kwargs = {"max_tokens": max_tokens} if max_tokens else {}
     _install_step_filter()
     token = _CAPPED_STEP.set(True)
     try:
-        with track_usage() as usage, role("task"):
+        with track_usage() as usage, role("task"), _named(task, lm):
             outputs = call_with_messages(lm, messages, **kwargs)
     finally:
         _CAPPED_STEP.reset(token)
@@ -103,9 +105,14 @@ async def answer(
     request = _request(task, prompt, inputs)
     kwargs: dict[str, Any] = {**request.inputs, "signature": request.signature}
     if replay is not None:
-        kwargs["lm"] = _Replay(replay, task.lm or dspy.settings.lm)
+        kwargs["lm"] = _Replay(replay, lm_in_use(task) or dspy.settings.lm)
     with dspy.context(adapter=request.adapter), role("task"):
         return await calls.predict(task, kwargs)
+
+
+def _named(task: dspy.Predict, lm: Any) -> Any:
+    """A capped step's LM error names the task role as the task predictor's own calls do."""
+    return naming_errors(task, lm) if isinstance(task, RolePredict) else contextlib.nullcontext()
 
 
 def parses(task: dspy.Predict, step: TaskOutput) -> bool:

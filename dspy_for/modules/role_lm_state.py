@@ -1,8 +1,10 @@
 """What a saved program keeps of each role's LM, and how a loaded program gets it back (:class:`.PerRoleLMs`).
 
 DSPy saves a predictor's LM as the LM's own state: without its endpoint (``api_base``), loaded only for LM classes
-DSPy knows unless told to trust the file, and a local model's endpoint is a port that changes every run. So a state
-keeps, under :data:`STATE_KEY`, one record per predictor instead (and no LM state in the predictor's own entry):
+DSPy knows unless told to trust the file, and a local model's endpoint is a port that changes every run. So a role
+predictor's entry keeps, under :data:`STATE_KEY`, a record of its own LM (``role_lm``) and of the LM set on it
+(``lm``) instead, and no LM state of DSPy's (:meth:`.RolePredict.dump_state`); a :class:`.PerRoleLMs` program keeps
+the same records of its plain predictors under :data:`STATE_KEY` at its top. A record is:
 
 * ``None``: the predictor ran on the configured LM; loaded, it does again;
 * ``{"spec", "options", "changes"}``: an LM built by ``make_lm`` / a spec string (or a copy of one, ``changes`` what
@@ -32,7 +34,18 @@ from dspy_for.lm import make_lm
 from dspy_for.lm.origin import made_from
 from dspy_for.secrets import is_secret_key, needs_redaction
 
-__all__ = ["STATE_KEY", "UnsuppliedLM", "check_supplied", "dump", "lm_record", "rebuild_unpickled", "restore", "split"]
+__all__ = [
+    "STATE_KEY",
+    "UnsuppliedLM",
+    "check_supplied",
+    "dump",
+    "lm_record",
+    "rebuild_unpickled",
+    "rebuilt",
+    "restore",
+    "restore_lm",
+    "split",
+]
 
 #: the key of the role LM records in a saved state (beside the predictors' own entries)
 STATE_KEY = "dspy_for.role_lms"
@@ -75,6 +88,8 @@ def dump(program: dspy.Module, state: dict[str, Any]) -> dict[str, Any]:
     """``state`` (DSPy's) with every predictor's LM as its record under :data:`STATE_KEY`, none in its own entry."""
     records = {}
     for name, predictor in program.named_predictors():
+        if _keeps_own(predictor):
+            continue
         records[name] = lm_record(predictor.lm)
         if isinstance(state.get(name), dict):
             state[name]["lm"] = None
@@ -89,7 +104,7 @@ def split(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     records = dict(state.get(STATE_KEY) or {})
     for name, entry in state.items():
         if isinstance(entry, dict) and "lm" in entry:
-            if STATE_KEY not in state:
+            if STATE_KEY not in state and STATE_KEY not in entry:  # (a role predictor's entry keeps its own)
                 saved = entry["lm"]
                 records[name] = None if saved is None else {"object": str(saved.get("model", "an LM"))}
             stripped[name] = {**entry, "lm": None}
@@ -101,6 +116,8 @@ def restore(program: dspy.Module, records: Mapping[str, Any], before: Mapping[st
     LM before the load."""
     built: dict[str, Any] = {}
     for name, predictor in program.named_predictors():
+        if _keeps_own(predictor):
+            continue
         record, current = records.get(name), before.get(name)
         if name not in records:
             predictor.lm = current
@@ -120,8 +137,40 @@ def restore(program: dspy.Module, records: Mapping[str, Any], before: Mapping[st
 def check_supplied(program: dspy.Module) -> None:
     """Raise the :class:`UnsuppliedLM`'s ConfigError of the first role whose LM a loaded program could not carry."""
     for _, predictor in program.named_predictors():
-        if isinstance(predictor.lm, UnsuppliedLM):
-            raise ConfigError(predictor.lm.message)
+        routed = getattr(predictor, "routed_lm", None)
+        lm = routed() if callable(routed) else predictor.lm
+        if isinstance(lm, UnsuppliedLM):
+            raise ConfigError(lm.message)
+
+
+def _keeps_own(predictor: Any) -> bool:
+    """A role predictor (:class:`~dspy_for.modules.role_predict.RolePredict`) saves and rebuilds its own LMs."""
+    return callable(getattr(predictor, "routed_lm", None))
+
+
+def restore_lm(record: Mapping[str, Any] | None, current: Any, predictor: Any, *, allow_unsafe: bool) -> Any:
+    """One LM of a role predictor after a load (see the module docstring): ``record`` is what the file keeps of it,
+    ``current`` the LM the predictor had before the load (kept when it was built from the same record)."""
+    if record is None:
+        return None
+    if "spec" in record and (allow_unsafe or not _ENDPOINT_KEYS & {*record["options"], *record["changes"]}):
+        return current if current is not None and lm_record(current) == record else _build(record)
+    if current is not None and not isinstance(current, UnsuppliedLM):
+        return current
+    return _unsupplied_role(predictor, record)
+
+
+def rebuilt(lm: Any) -> Any:
+    """``lm`` after unpickling: built again from its spec in this process when :func:`~dspy_for.lm.make_lm` built it
+    (once per pickled LM, however many predictors share it); else ``lm`` as pickled."""
+    if lm is None or lm in _FRESH or made_from(lm) is None or isinstance(lm, UnsuppliedLM):
+        return lm
+    if lm not in _REPLACED:
+        record = lm_record(lm)
+        fresh = _build(record) if record is not None and "spec" in record else lm
+        _FRESH.add(fresh)
+        _REPLACED[lm] = fresh
+    return _REPLACED[lm]
 
 
 # LMs this process built again from their specs on unpickling, and the unpickled LM each replaced
@@ -134,15 +183,8 @@ def rebuild_unpickled(program: dspy.Module) -> None:
     this process (a pickled local model's endpoint is a dead port); LM objects stay as pickled. An LM shared by
     several predictors is built once (nested modules are unpickled first: their LMs are not built twice)."""
     for _, predictor in program.named_predictors():
-        lm = predictor.lm
-        if lm is None or lm in _FRESH or made_from(lm) is None or isinstance(lm, UnsuppliedLM):
-            continue
-        if lm not in _REPLACED:
-            record = lm_record(lm)
-            fresh = _build(record) if record is not None and "spec" in record else lm
-            _FRESH.add(fresh)
-            _REPLACED[lm] = fresh
-        predictor.lm = _REPLACED[lm]
+        if not _keeps_own(predictor):
+            predictor.lm = rebuilt(predictor.lm)
 
 
 def _build(record: Mapping[str, Any]) -> Any:
@@ -166,6 +208,30 @@ def _unsupplied(program: dspy.Module, name: str, record: Mapping[str, Any]) -> U
             f"was an LM object when the program was saved, and a saved program carries only LMs built from specs: {fix}"
         )
     message = f"The LM of `{name}` in this loaded `{type(program).__name__}` (`{model}`) {why}."
+    logger.warning(message)
+    return UnsuppliedLM(str(model), message)
+
+
+def _unsupplied_role(predictor: Any, record: Mapping[str, Any]) -> UnsuppliedLM:
+    label, role = getattr(predictor, "label", "a role"), getattr(predictor, "role", "?")
+    param = getattr(predictor, "lm_parameter", None)
+    give = f"`{param}=<LM>` when you build the program you load into, or " if param else ""
+    fix = (
+        f"give it again: {give}`<predictor>.role_lm = <LM>` on the loaded program's `{label}` predictor "
+        "(`program.set_lm(lm)` puts every predictor on one LM)"
+    )
+    if "spec" in record:
+        model = record["spec"]
+        why = (
+            f"was built from `{model}` with an endpoint (`api_base`), which is restored only from a trusted file: "
+            f"load it with `allow_unsafe_lm_state=True` if you trust it, or {fix}"
+        )
+    else:
+        model = record.get("object", "an LM")
+        why = (
+            f"was an LM object when the program was saved, and a saved program carries only LMs built from specs: {fix}"
+        )
+    message = f"The LM of the `{role}` role (`{label}`) in this loaded program (`{model}`) {why}."
     logger.warning(message)
     return UnsuppliedLM(str(model), message)
 

@@ -1,21 +1,22 @@
-"""One LM per role, kept wherever DSPy takes a module: :class:`PerRoleLMs`, the base of every module with roles
-(FOR-Prompting, ProRefine, the cascade, self-consistency), and of your own program that contains one.
+"""One LM per role, kept wherever DSPy takes a module: each role's LM belongs to its predictor, a
+:class:`~dspy_for.modules.role_predict.RolePredict` (how, and which LM a call runs on: see that module), so a module
+with roles keeps them at any depth of a user's own program, with no base class asked of it.
 
-DSPy knows one LM per program. ``dspy.BestOfN`` / ``dspy.Refine`` and SIMBA ask a program for it (``get_lm``), vary
-it (``lm.copy(rollout_id=r, temperature=1.0)``) and hand the copy back (``set_lm``); compilers start from a
-``reset_copy``, which forgets every predictor's LM; ``save`` / ``load`` carry an LM as DSPy rebuilds it (no endpoint,
-known classes only). A module whose predictors each have their own LM overrides each of these:
+:class:`PerRoleLMs` is the base of the modules with roles (FOR-Prompting, ProRefine, the cascade, self-consistency).
+What it still adds, for a program derived from it:
 
-* ``get_lm()`` returns a :class:`RoleLMSet`, every role's LM (the configured LM for a role without one) as one value:
-  its ``copy(**changes)`` copies every role's LM with the same changes, and ``set_lm(role_set)`` puts each copy on
-  its role. So every layout — no role LM, one, several, all, all the same object — varies each role's own LM the way
-  DSPy varies a single LM. When every predictor has the same LM (or none), ``get_lm()`` returns it, as DSPy does.
-* ``set_lm(lm)`` with a plain LM keeps DSPy's meaning: every role on ``lm``.
-* ``reset_copy()`` resets demos and traces, as DSPy's does, and keeps each predictor's LM: routing is configuration,
-  not learned state. ``deepcopy()`` copies each LM with its predictor, as DSPy's does.
-* ``dump_state`` / ``load_state`` (``save`` / ``load`` as JSON or pickle) save each role's LM as the spec string it
-  was built from and build it again on load (:mod:`.role_lm_state`); a program saved whole (``save_program=True``,
-  ``dspy.load``) builds such LMs again when it is unpickled, so a ``local/...`` model gets today's server.
+* ``get_lm()`` returns a :class:`RoleLMSet` when its predictors run on different LMs (DSPy's raises), every role's
+  LM as one value: its ``copy(**changes)`` copies each with the same changes, and ``set_lm(role_set)`` puts each
+  copy on its predictor. When every predictor runs on the same LM (or none: the configured one), it returns that,
+  as DSPy's does. (Inside a plain ``dspy.Module``, DSPy's ``get_lm`` sees no role LM, and the role predictors vary
+  their own LMs the same way: :mod:`.role_predict`.)
+* ``set_lm(lm)`` with a plain LM keeps DSPy's meaning: every predictor on ``lm`` (a role's own LM stays in
+  ``role_lm`` and is used again once the slot is emptied).
+* ``reset_copy()`` and ``save`` / ``load`` keep the LM of every predictor, a plain ``dspy.Predict`` of the program's
+  own too (as records under :data:`~.role_lm_state.STATE_KEY`); a state saved before role predictors kept their own
+  records is read into them.
+* a call first checks that no role's LM is one a loaded program could not carry (a ``ConfigError`` naming the role
+  and the fix, before any LM call of the module).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import dspy
 
 from dspy_for.errors import ConfigError
 from dspy_for.modules import role_lm_state
+from dspy_for.modules.role_lm_state import STATE_KEY
+from dspy_for.modules.role_predict import RolePredict, lm_in_use
 
 __all__ = ["PerRoleLMs", "RoleLMSet"]
 
@@ -79,9 +82,10 @@ class RoleLMSet(dspy.BaseLM):
 
 
 class PerRoleLMs(dspy.Module):
-    """A ``dspy.Module`` whose predictors may each have their own LM, kept by every DSPy wrapper, compiler and
-    save/load (see the module docstring). Derive your own program from it instead of ``dspy.Module`` when it contains
-    a module with role LMs, so its roles keep their LMs inside ``dspy.BestOfN``, ``dspy.Refine`` and compilers too.
+    """The base of the modules with roles (see the module docstring). A program of your own needs no base class to
+    keep the roles of the modules it contains on their LMs: plain ``dspy.Module`` does. Derive from this one only to
+    keep the LMs of your own plain ``dspy.Predict``s through ``reset_copy`` and save/load too (or make them
+    :class:`~dspy_for.modules.role_predict.RolePredict`s).
 
     ``lm_parameters``: each predictor (by its name in ``named_predictors()``) → the constructor parameter that sets its
     LM, named in the error that asks for an LM a loaded program could not carry.
@@ -92,7 +96,7 @@ class PerRoleLMs(dspy.Module):
     def get_lm(self) -> Any:
         """The one LM of every predictor (None: the configured LM), as DSPy's; else a :class:`RoleLMSet` of every
         role's LM, where a role without one stands on the configured LM. Never raises for different role LMs."""
-        lms = {name: p.lm for name, p in self.named_predictors()}
+        lms = {name: lm_in_use(p) for name, p in self.named_predictors()}
         if len({id(lm) for lm in lms.values()}) <= 1:
             return next(iter(lms.values()), None)
         configured = dspy.settings.lm
@@ -131,6 +135,10 @@ class PerRoleLMs(dspy.Module):
         """DSPy's ``load_state`` for everything but the LMs; each role's LM as :func:`.role_lm_state.restore` says."""
         before = {name: p.lm for name, p in self.named_predictors()}
         records, stripped = role_lm_state.split(state)
+        for name, predictor in self.named_predictors():  # a state saved before role predictors kept their records
+            entry = stripped.get(name)
+            if isinstance(predictor, RolePredict) and isinstance(entry, dict) and STATE_KEY not in entry:
+                stripped[name] = {**entry, STATE_KEY: {"role_lm": records.get(name), "lm": None}}
         super().load_state(stripped, allow_unsafe_lm_state=allow_unsafe_lm_state)
         role_lm_state.restore(self, records, before, allow_unsafe=allow_unsafe_lm_state)
 

@@ -39,7 +39,8 @@ from dspy_for.jsonwalk import jsonable
 from dspy_for.metrics import extract_number
 from dspy_for.modules import for_signatures as S
 from dspy_for.modules import trajectory as T
-from dspy_for.modules.role_lms import PerRoleLMs
+from dspy_for.modules.role_lms import PerRoleLMs, RoleLMSet
+from dspy_for.modules.role_predict import RolePredict, lm_in_use
 
 __all__ = ["STOP_RULES", "SelfConsistency", "StopRule", "Votes", "beta_confidence"]
 
@@ -220,10 +221,25 @@ class SelfConsistency(PerRoleLMs):
         self.k, self.temperature = k, temperature
         # `batch` is kept as `batch_size`: `self.batch` would hide DSPy's `Module.batch(examples)`
         self.stop, self.batch_size, self.threshold, self.prompt = stop, batch, threshold, prompt
+        name = type(self).__name__
         if prompt == "cot":
             self.cot = dspy.ChainOfThought(self.signature)
+            self.cot.predict = RolePredict(self.cot.predict.signature, module=name, role="cot")
         else:
-            self.defender = dspy.Predict(S.defender_signature(self.signature))
+            self.defender = RolePredict(S.defender_signature(self.signature), module=name, role="defender")
+
+    def set_lm(self, lm: Any) -> None:
+        """Its sampling role's LM (how a user gives it one: the module has no other role). Kept as that role's own
+        LM (``role_lm``), so it holds wherever the module sits, inside a program of yours too."""
+        if isinstance(lm, RoleLMSet):
+            super().set_lm(lm)
+            return
+        for _, predictor in self.named_predictors():
+            predictor.lm = None
+            if isinstance(predictor, RolePredict):
+                predictor.role_lm = lm
+            else:  # pragma: no cover - every sampler is a role predictor
+                predictor.lm = lm
 
     @property
     def sampler(self) -> Any:
@@ -291,6 +307,7 @@ class SelfConsistency(PerRoleLMs):
 
     def _rollout_base(self) -> int:
         """The rollout id of the LM in force (``dspy.BestOfN`` / ``dspy.Refine`` attempts), else 0."""
-        lm = next((p.lm for _, p in self.named_predictors() if p.lm is not None), None) or dspy.settings.lm
+        lm = next((lm for _, p in self.named_predictors() if (lm := lm_in_use(p)) is not None), None)
+        lm = lm or dspy.settings.lm
         base = (getattr(lm, "kwargs", None) or {}).get("rollout_id")
         return base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else 0

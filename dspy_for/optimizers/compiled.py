@@ -23,6 +23,7 @@ import dspy
 from dspy_for.errors import ConfigError
 from dspy_for.lm import resolve_lm
 from dspy_for.lm.usage import Usage, role, track_usage
+from dspy_for.modules.role_lm_state import STATE_KEY
 from dspy_for.optimizers.compilers import COMPILERS, RoleLM, check_compile_options, get_compiler
 from dspy_for.optimizers.routing import predictor_lms, route_as
 
@@ -103,6 +104,7 @@ def load_compiled(program: dspy.Module, path: str | Path) -> dspy.Module:
     for value in [state, *state.values()]:  # a program that is one predictor keeps its state at the top
         if isinstance(value, dict) and "lm" in value:
             value["lm"] = None
+            value[STATE_KEY] = {}  # a role predictor keeps its LMs too (no record to restore)
     routes = {name: predictor.lm for name, predictor in program.named_predictors()}
     program.load_state(state)
     return route_as(program, routes)

@@ -4,7 +4,8 @@
   fixed options for the papers' versions, small settings).
 * :func:`layouts`: the role-LM layouts of a module: ``none`` (every role on the configured LM), ``one``, ``several``,
   ``all`` (all distinct), ``same`` (every role given the same LM object), ``spec`` (every role given as a spec
-  string). Every LM is a plain ``dspy.LM`` naming its own model (``m-<role>``; the configured one ``m-configured``).
+  string), and the nested ones (:mod:`matrix_nested`: the module where users put it, its ``one`` role's LM given).
+  Every LM is a plain ``dspy.LM`` naming its own model (``m-<role>``; the configured one ``m-configured``).
 
 Which role a request was is read from the log by :mod:`matrix_log`; the server answers with :mod:`matrix_responder`;
 the entry points are in :mod:`matrix_entries` and :mod:`matrix_compilers`, run with a :mod:`matrix_context`; the
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
+from matrix_nested import NEST_TITLES, OTHER, other_module
 
 from dspy_for.experiments.methods import get_method
 from dspy_for.modules import Cascade, FORPrompting, ProRefine, SelfConsistency
@@ -190,6 +192,8 @@ class Layout:
     models: Mapping[str, str]
     shared: bool = False
     spec: bool = False
+    #: where the module sits (:mod:`matrix_nested`); None: it is the outermost program
+    nest: str | None = None
 
     def expected(self, role: str, configured: str = CONFIGURED) -> str:
         """The model ``role``'s calls name: its own LM's, else the one in force (``configured``)."""
@@ -204,6 +208,7 @@ LAYOUT_TITLES = {
     "all": "every role its own LM",
     "same": "every role given the same LM object",
     "spec": "every role's LM given as a spec string",
+    **{n: f"{t}; the `one` role's LM given" for n, t in NEST_TITLES.items()},
 }
 
 
@@ -211,12 +216,17 @@ def layouts(module: ModuleSpec) -> dict[str, Layout]:
     """The layouts that differ for ``module`` (a module with one role has only ``none`` and ``one``)."""
     roles = list(module.roles)
     out = {"none": Layout("none", {}), "one": Layout("one", {module.one: model_name(module.one)})}
-    if len(roles) == 1:
-        return out
-    out["several"] = Layout("several", {r: model_name(r) for r in module.several})
-    out["all"] = Layout("all", {r: model_name(r) for r in roles})
-    out["same"] = Layout("same", dict.fromkeys(roles, model_name("shared")), shared=True)
-    out["spec"] = Layout("spec", {r: model_name(r) for r in roles}, spec=True)
+    if len(roles) > 1:
+        out["several"] = Layout("several", {r: model_name(r) for r in module.several})
+        out["all"] = Layout("all", {r: model_name(r) for r in roles})
+        out["same"] = Layout("same", dict.fromkeys(roles, model_name("shared")), shared=True)
+        out["spec"] = Layout("spec", {r: model_name(r) for r in roles}, spec=True)
+    for nest in NEST_TITLES:  # where users put the module, its `one` role on its own LM
+        if nest == "two_modules":
+            other = OTHER + other_module(module.cls.__name__, None)[1]
+            out[nest] = Layout(nest, dict.fromkeys((module.one, other), model_name("shared")), shared=True, nest=nest)
+        else:
+            out[nest] = Layout(nest, {module.one: model_name(module.one)}, nest=nest)
     return out
 
 

@@ -63,7 +63,7 @@ def demos_reach_calls(ctx: Ctx, program: dspy.Module, start: int) -> None:
 
 def _bootstrapped(ctx: Ctx, program: dspy.Module) -> None:
     named = dict(program.named_predictors())
-    missing = [p for p in ctx.spec.always_called if not any(d.get("augmented") for d in named[p].demos)]
+    missing = [p for p in ctx.spec.always_called if not any(d.get("augmented") for d in named[ctx.prefix + p].demos)]
     assert not missing, f"no bootstrapped demo for {missing}"
 
 
@@ -137,7 +137,7 @@ def run_knn(ctx: Ctx) -> None:
 
 def _tuned(ctx: Ctx, program: dspy.Module) -> None:
     """The compiler kept a proposed instruction where it decides the answer: the final predictor's."""
-    final = dict(program.named_predictors())[ctx.spec.final]
+    final = dict(program.named_predictors())[ctx.prefix + ctx.spec.final]
     assert MARKER in final.signature.instructions, f"{ctx.spec.final}'s instruction was not changed"
 
 

@@ -14,6 +14,7 @@ import dspy
 from dspy.utils.callback import BaseCallback
 from matrix_cells import CONFIGURED, Layout, ModuleSpec, plain_lm, role_lms
 from matrix_log import Call, Roles, disagreeing_key
+from matrix_nested import CONTEXT_MODEL, OTHER, PREFIX, predictor_roles, wrap
 from matrix_responder import MatrixResponder
 
 from dspy_for.testing.server import OpenAICompatibleServer
@@ -39,19 +40,36 @@ class Ctx:
     def __post_init__(self) -> None:
         self.lms = role_lms(self.layout, self.server.base_url)
 
+    @property
+    def configured(self) -> str:
+        """The model of the LM in force: the configured one, or the one ``dspy.context`` swaps in."""
+        return CONTEXT_MODEL if self.layout.nest == "context" else CONFIGURED
+
+    @property
+    def prefix(self) -> str:
+        """Where the module's predictors sit in the program (``solve.``; empty when it is the program)."""
+        return PREFIX.get(self.layout.nest or "", "")
+
     def build(self, *, with_lms: bool = True) -> dspy.Module:
-        program = self.spec.build(self.lms if with_lms else {})
-        self.responder.disagreeing = disagreeing_key(self.spec, program)
+        """The program a user writes with the layout's LMs: the module, or the program around it."""
+        lms = self.lms if with_lms else {}
+        inner = self.spec.build({r: lm for r, lm in lms.items() if r in self.spec.roles})
+        shared = next((lm for r, lm in lms.items() if r.startswith(OTHER)), None)
+        self.responder.disagreeing = disagreeing_key(self.spec, inner)
         self.responder.sample_temperatures = self.spec.own_temperatures
         self.responder.request = self.server.current_request
-        return program
+        return wrap(self.layout.nest, inner, shared) if self.layout.nest else inner
 
     def lm(self, model: str, **kwargs: Any) -> dspy.LM:
         return plain_lm(self.server.base_url, model, **kwargs)
 
     @cached_property
     def roles(self) -> Roles:
-        return Roles(self.spec, self.spec.build({}))
+        program = self.spec.build({})
+        if self.layout.nest is None:
+            return Roles(self.spec, program)
+        program = wrap(self.layout.nest, program, None)
+        return Roles(self.spec, program, predictor_roles(self.layout.nest, self.spec.predictors, program))
 
     def calls(self, start: int = 0) -> list[Call]:
         return self.roles.read(list(self.server.requests), start)
@@ -71,7 +89,7 @@ def check_routing(ctx: Ctx) -> list[Call]:
                 f"calls may name {sorted(ctx.tools)}): {c.text[:300]!r}"
             )
         else:
-            configured = next((m for first, end, m in ctx.in_force if first <= c.index < end), CONFIGURED)
+            configured = next((m for first, end, m in ctx.in_force if first <= c.index < end), ctx.configured)
             want = ctx.layout.expected(c.role, configured)
             assert c.model == want, (
                 f"{ctx.spec.name} [{ctx.layout.name}]: request {c.index}, a {c.role} call ({'/'.join(c.predictors)}), "

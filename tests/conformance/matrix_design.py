@@ -4,7 +4,10 @@ Every module × every entry point with every role on its own LM (``all``; ``defe
 role's LM given, ``one``); the layouts most likely to break — none, one, several and the same object — on
 ``dspy.BestOfN`` / ``dspy.Refine`` for every module, and none, one and the same object on every compiler for
 FOR-Prompting and ProRefine (the cascade and the papers' versions are those classes again); every layout, spec strings
-too, on every save / load form for every module.
+too, on every save / load form for every module. And where users put a module (:mod:`matrix_nested`: inside their own
+plain ``dspy.Module``, beside another module, in a ``dspy.ReAct`` tool, under ``dspy.context(lm=...)``): every module
+with every entry point where that can matter (:data:`NESTED_ENTRY_POINTS`) in one of them, in turn, and FOR-Prompting
+and ProRefine with every compiler in each.
 
 A cell works (the entry point's promise holds and every role's calls named that role's model), or it is refused
 before any LM call with a ``ConfigError`` naming the fix; :data:`REFUSED` says which cells are to be refused and with
@@ -20,10 +23,13 @@ from matrix_cells import LAYOUT_TITLES, MODULES, layouts
 from matrix_compilers import COMPILERS
 from matrix_context import EntryPoint
 from matrix_entries import ENTRY_POINTS
+from matrix_nested import NEST_TITLES
 
 ALL_ENTRY_POINTS: dict[str, EntryPoint] = {**ENTRY_POINTS, **COMPILERS}
 WRAPPERS = ("best_of_n", "refine")
 SAVE_LOAD = ("save_json", "save_pkl", "save_program")
+#: the entry points where the program around a module can change what happens to its roles' LMs
+NESTED_ENTRY_POINTS = (*WRAPPERS, *SAVE_LOAD, "mlflow_model", "deepcopy", "reset_copy", *COMPILERS)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,11 @@ def _design() -> list[Cell]:
     for m in ("for", "prorefine"):
         for e in COMPILERS:
             cells.update(Cell(m, e, lay) for lay in ("none", "one", "same"))
+    nests = list(NEST_TITLES)
+    for i, m in enumerate(MODULES):  # every module with every entry point where nesting matters, in one nested layout
+        cells.update(Cell(m, e, nests[(i + j) % len(nests)]) for j, e in enumerate(NESTED_ENTRY_POINTS))
+    for m in ("for", "prorefine"):  # every nested layout with every compiler
+        cells.update(Cell(m, e, nest) for e in COMPILERS for nest in nests)
     if "none" in layouts(MODULES["defender_sc"]):
         cells.update(Cell("defender_sc", e, "none") for e in COMPILERS)
     order = {name: i for i, name in enumerate([*MODULES, *ALL_ENTRY_POINTS, *LAYOUT_TITLES])}

@@ -15,12 +15,13 @@ from typing import Any
 import dspy
 from dspy.clients import base_lm
 from dspy.utils.callback import BaseCallback
-from matrix_cells import API_KEY, CONFIGURED, SPEC_KEY, answer_of, example, question
+from matrix_cells import API_KEY, SPEC_KEY, answer_of, example, question
 from matrix_context import Ctx, EntryPoint, LMCalls, answer, assert_every_role_ran
 from matrix_log import HINT_FIELD
 
 from dspy_for.lm.roles import DEFAULT_ROLE
 from dspy_for.lm.usage import track_usage
+from dspy_for.modules.role_predict import lm_in_use
 
 # --------------------------------------------------------------------------------------------- calls
 
@@ -122,11 +123,11 @@ def run_best_of_n(ctx: Ctx) -> None:
 
 
 def run_refine(ctx: Ctx) -> None:
-    ctx.tools.add(CONFIGURED)  # Refine asks the configured LM for its advice
+    ctx.tools.add(ctx.configured)  # Refine asks the LM in force for its advice
     _attempts(ctx, dspy.Refine)
     calls = ctx.calls()
     advice = [c for c in calls if c.role is None and "module_names" in c.text]
-    assert len(advice) == 1 and advice[0].model == CONFIGURED, [c.model for c in advice]
+    assert len(advice) == 1 and advice[0].model == ctx.configured, [c.model for c in advice]
     second = [c for c in calls if c.index > advice[0].index]
     for role in ctx.spec.answering:
         mine = [c for c in second if c.role == role]
@@ -234,13 +235,13 @@ def _demos_reach_calls(ctx: Ctx, start: int) -> None:
 
 def run_deepcopy(ctx: Ctx) -> None:
     program = ctx.build()
-    before = {n: p.lm for n, p in program.named_predictors()}
+    before = {n: (p.lm, lm_in_use(p)) for n, p in program.named_predictors()}
     saved = _with_demos(program)
     copy = program.deepcopy()
     assert not {id(p) for p in copy.predictors()} & {id(p) for p in program.predictors()}
     assert demos_of(copy) == saved
     assert answer(copy(question=question(1))) == answer_of(1)
-    assert {n: p.lm for n, p in program.named_predictors()} == before, "the original's LMs changed"
+    assert {n: (p.lm, lm_in_use(p)) for n, p in program.named_predictors()} == before, "the original's LMs changed"
     _demos_reach_calls(ctx, 0)
     assert_every_role_ran(ctx)
 
@@ -290,6 +291,23 @@ def save_load(form: str) -> Callable[[Ctx], None]:
         _loaded(ctx, form, supply=not ctx.layout.spec)
 
     return run
+
+
+def run_mlflow_model(ctx: Ctx) -> None:
+    """``mlflow.dspy.save_model`` then ``mlflow.dspy.load_model`` (what ``log_model`` saves to a run, without a
+    tracking store; MLflow pickles the whole program, as ``save_program=True``): the loaded program keeps its demos
+    and routes every role as the saved one."""
+    import mlflow.dspy
+
+    program = ctx.build()
+    demos = _with_demos(program)
+    path = ctx.tmp_path / "mlflow_model"
+    mlflow.dspy.save_model(program, str(path), pip_requirements=["dspy"])  # (no inference: a subprocess)
+    loaded = mlflow.dspy.load_model(str(path))
+    assert demos_of(loaded) == demos, "the demos were not restored"
+    assert answer(loaded(question=question(1))) == answer_of(1)
+    _demos_reach_calls(ctx, 0)
+    assert_every_role_ran(ctx)
 
 
 def run_load_without_lms(ctx: Ctx) -> None:
@@ -376,6 +394,12 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
             "`save(dir, save_program=True)` → `dspy.load`",
             "demos restored and shown in every call",
             save_load("program"),
+        ),
+        EntryPoint(
+            "mlflow_model",
+            "`mlflow.dspy.save_model` (what `log_model` logs) → `mlflow.dspy.load_model`",
+            "demos restored and shown in every call",
+            run_mlflow_model,
         ),
         EntryPoint(
             "load_without_lms",

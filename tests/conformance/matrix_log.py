@@ -4,6 +4,7 @@ fields its ChatAdapter / JSONAdapter system message lists (instructions change u
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,15 +67,17 @@ class Call:
 class Roles:
     """Reads the test server's requests back as calls of ``module``'s roles."""
 
-    def __init__(self, spec: ModuleSpec, program: dspy.Module) -> None:
+    def __init__(self, spec: ModuleSpec, program: dspy.Module, roles: Mapping[str, str] | None = None) -> None:
+        """``roles``: each predictor of ``program`` → its role (default: ``spec.predictors``, the module alone)."""
         self.spec = spec
+        self.roles = dict(spec.predictors if roles is None else roles)
         self.by_key: dict[Key, list[str]] = {}
         for name, predictor in program.named_predictors():
-            if name not in spec.predictors:
+            if name not in self.roles:
                 raise AssertionError(f"{spec.name}: predictor {name!r} has no role in the matrix")
             self.by_key.setdefault(signature_key(predictor.signature), []).append(name)
         for key, names in self.by_key.items():
-            if len({spec.predictors[n] for n in names}) > 1:
+            if len({self.roles[n] for n in names}) > 1:
                 raise AssertionError(f"{spec.name}: predictors {names} of different roles have the same fields {key}")
 
     def read(self, requests: list[dict[str, Any]], start: int = 0) -> list[Call]:
@@ -82,7 +85,7 @@ class Roles:
         for i, body in enumerate(requests[start:], start):
             key = fields_of(body.get("messages") or [])
             names = tuple(self.by_key.get(key, ())) if key else ()
-            role = self.spec.predictors[names[0]] if names else None
+            role = self.roles[names[0]] if names else None
             model = str(body.get("model") or "").removeprefix("openai/")
             calls.append(Call(i, model, role, names, body))
         return calls

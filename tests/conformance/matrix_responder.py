@@ -19,8 +19,8 @@ class MatrixResponder:
     """Answers every role's signature the way a cooperative model would, by the output fields asked for:
     numbers get item k's answer (36 + k, read from the question), booleans ``False`` (feedback and verifier find
     fault, so refinement runs), question lists one new question without values, ``advice`` one hint per module
-    named, instructions :data:`TUNED_INSTRUCTION`; a JSONAdapter's request gets JSON, and a request that is no DSPy
-    adapter's a fenced instruction.
+    named, instructions :data:`TUNED_INSTRUCTION`, a ``dspy.ReAct`` agent its ``solve`` tool with the question, then
+    ``finish``; a JSONAdapter's request gets JSON, and a request that is no DSPy adapter's a fenced instruction.
 
     ``tuned``: a numeric answer is right only when its own instructions carry :data:`MARKER`. ``disagreeing``: the
     fields of a sampler whose samples (its calls at one of ``sample_temperatures``, read from the request the server
@@ -63,6 +63,11 @@ class MatrixResponder:
             return n
 
     def _value(self, name: str, type_: str, right: float, messages: list[dict[str, Any]]) -> Any:
+        done = "observation_0" in _last_user(messages)  # a dspy.ReAct agent: its tool once, then finish
+        if name == "next_tool_name":
+            return "finish" if done else "solve"
+        if name == "next_tool_args":
+            return {} if done else {"question": _question(messages)}
         if name == "reasoning":
             return f"3 * 12 = 36 apples in the boxes, then add the rest: {right:g} in all."
         if type_ in ("float", "int"):
@@ -84,6 +89,11 @@ class MatrixResponder:
 
 def _last_user(messages: list[dict[str, Any]]) -> str:
     return next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+
+
+def _question(messages: list[dict[str, Any]]) -> str:
+    found = re.search(r"\[\[ ## question ## \]\]\s*(.*?)\s*(?:\[\[ ##|$)", _last_user(messages), re.DOTALL)
+    return found.group(1).strip() if found else ""
 
 
 def _module_names(messages: list[dict[str, Any]]) -> list[str]:

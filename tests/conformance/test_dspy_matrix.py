@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import nullcontext
 from pathlib import Path
 
 import dspy
 import pytest
 from matrix_cells import CONFIGURED, MODULES, SPEC_KEY, layouts, plain_lm
+from matrix_compilers import COMPILERS
 from matrix_context import Ctx, check_routing
-from matrix_design import ALL_ENTRY_POINTS, CELLS, END, START, Cell, render
+from matrix_design import ALL_ENTRY_POINTS, CELLS, END, NESTED_ENTRY_POINTS, START, Cell, render
 from matrix_log import Roles
+from matrix_nested import CONTEXT_MODEL, NEST_TITLES
 from matrix_responder import MatrixResponder
 
 from dspy_for.errors import ConfigError
@@ -38,8 +41,10 @@ def run_cell(cell: Cell, server: OpenAICompatibleServer, tmp_path: Path, monkeyp
     server.responder = responder = MatrixResponder()
     ctx = Ctx(server, responder, spec, layout, tmp_path)
     failure: BaseException | None = None
+    swapped = dspy.context(lm=plain_lm(server.base_url, CONTEXT_MODEL)) if layout.nest == "context" else nullcontext()
     try:
-        ALL_ENTRY_POINTS[cell.entry].run(ctx)
+        with swapped:
+            ALL_ENTRY_POINTS[cell.entry].run(ctx)
     except BaseException as exc:  # routing is checked first: a misrouted call is the headline
         failure = exc
     try:
@@ -76,7 +81,17 @@ def test_every_module_meets_every_entry_point():
 def test_best_of_n_and_refine_meet_every_layout_but_spec_strings():
     for m, spec in MODULES.items():
         for e in ("best_of_n", "refine"):
-            assert {c.layout for c in CELLS if (c.module, c.entry) == (m, e)} == set(layouts(spec)) - {"spec"}
+            flat = {c.layout for c in CELLS if (c.module, c.entry) == (m, e) and c.layout not in NEST_TITLES}
+            assert flat == set(layouts(spec)) - {"spec", *NEST_TITLES}
+
+
+def test_every_module_meets_every_entry_point_where_nesting_matters_in_a_nested_layout():
+    for m in MODULES:
+        nested = {c.entry for c in CELLS if c.module == m and c.layout in NEST_TITLES}
+        assert nested == set(NESTED_ENTRY_POINTS), m
+    for m in ("for", "prorefine"):
+        for nest in NEST_TITLES:
+            assert {c.entry for c in CELLS if (c.module, c.layout) == (m, nest)} >= set(COMPILERS), (m, nest)
 
 
 def test_every_registered_module_is_in_the_matrix():

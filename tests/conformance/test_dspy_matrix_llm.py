@@ -51,7 +51,7 @@ def test_bootstrap_few_shot_keeps_the_debater_on_the_larger_model():
         roles = models_by_role(usage.calls)
         assert roles["debater"] == {large.model}, roles
         assert roles["defender"] == roles["host"] == {small.model}, roles
-    assert compiled.debater.lm is not None and compiled.debater.lm.model == large.model
-    assert {compiled.defender.lm, compiled.revise.lm, compiled.host.lm} == {None}  # still the configured LM
+    assert compiled.debater.role_lm is not None and compiled.debater.role_lm.model == large.model
+    assert {compiled.defender.role_lm, compiled.revise.role_lm, compiled.host.role_lm} == {None}  # the configured LM
     if any(p.demos for p in compiled.predictors()):  # bootstrapped (a small model may finish no debate)
         assert compiled.debater.demos and compiled.defender.demos

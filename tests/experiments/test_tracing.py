@@ -56,7 +56,7 @@ name = "for"
 options = { rounds = 1 }
 """
 
-FOR_SPANS = ["defender A0", "debater r1", "defender r1", "host"]
+FOR_SPANS = ["FORPrompting.defender A0", "FORPrompting.debater r1", "FORPrompting.defender r1", "FORPrompting.host"]
 
 
 def leaky(messages, max_tokens):
@@ -225,16 +225,20 @@ def test_prorefine_calls_are_named_after_their_steps(live):
     (trace,) = _traces_of(run_id)
     calls = _calls(trace)
     assert [s.name for s in calls] == [
-        "task (initial answer)",
-        "verifier",
-        "task step 1",
-        "feedback 1",
-        "optimizer 1",
-        "task step 2",
-        "feedback 2",
-        "optimizer 2",
-        "task (final answer)",
+        f"ProRefine.{name}"
+        for name in (
+            "task (initial answer)",
+            "verifier",
+            "task step 1",
+            "feedback 1",
+            "optimizer 1",
+            "task step 2",
+            "feedback 2",
+            "optimizer 2",
+            "task (final answer)",
+        )
     ]
+    assert {s.attributes["dspy_for.module"] for s in calls} == {"ProRefine"}
     assert [s.inputs.get("kwargs", {}).get("max_tokens") for s in calls if "step" in s.name] == [5, 10]
     assert calls[3].attributes["dspy_for.parsed"] == {"feedback": "Check each multiplication.", "is_correct": False}
     assert all(a.end_time_ns <= b.start_time_ns for a, b in itertools.pairwise(calls))

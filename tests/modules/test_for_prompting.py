@@ -296,7 +296,7 @@ def test_registered_method_builds_with_role_lms():
     m = build_method(
         "for", "question -> answer: float", lm=d, role_lms={"host": ScriptedLM(make_responder())}, rounds=2, host=False
     )
-    assert isinstance(m, FORPrompting) and m.rounds == 2 and m.defender.lm is d and m.host.lm is not d
+    assert isinstance(m, FORPrompting) and m.rounds == 2 and m.defender.role_lm is d and m.host.role_lm is not d
     with pytest.raises(ConfigError, match="Unknown option `round`"):
         build_method("for", "question -> answer", round=2)
     with pytest.raises(ConfigError, match="no role `judge`"):

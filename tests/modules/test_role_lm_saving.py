@@ -1,4 +1,4 @@
-"""Saving keeps what can be restored: a role LM built from a spec string is saved as that spec and built again on load
+"""Saving keeps what can be restored (each role predictor saves its own LM): a role LM built from a spec string is saved as that spec and built again on load
 (a local model gets today's server), in all three forms (JSON, pickle, the whole program); a role LM given as an
 object is reported on load as one to give again, never silently replaced; a program loaded into one built with the
 same LMs keeps them; copies (``deepcopy``, ``reset_copy``) keep every role's LM."""
@@ -64,15 +64,16 @@ def test_a_spec_role_is_saved_as_its_spec_and_a_local_model_gets_todays_server(m
         path = save(program, tmp_path, form)
     if form == "json":
         saved = json.loads(path.read_text())
-        assert saved[STATE_KEY]["debater"] == {"spec": LOCAL, "options": {}, "changes": {}}
-        assert saved[STATE_KEY]["defender"] is None and first_run.base_url not in path.read_text()
+        assert saved["debater"][STATE_KEY] == {"role_lm": {"spec": LOCAL, "options": {}, "changes": {}}, "lm": None}
+        assert saved["defender"][STATE_KEY]["role_lm"] is None and first_run.base_url not in path.read_text()
+        assert all(entry["lm"] is None for entry in saved.values() if "signature" in entry)
     with RoleServer() as today:
         serve_local_model_at(monkeypatch, today, "local-b")
         dspy.configure(lm=today.lm("cfg"))
         loaded = load(path, form, FORPrompting(SIG, rounds=1))
         loaded(question=Q)
         assert today.models_by_role() == {"answer": {"cfg"}, "debater": {"local-b"}, "revise": {"cfg"}, "host": {"cfg"}}
-    assert made_from(loaded.debater.lm).spec == LOCAL and loaded.defender.lm is None
+    assert made_from(loaded.debater.role_lm).spec == LOCAL and loaded.defender.role_lm is None
 
 
 @pytest.mark.parametrize("form", ["json", "pkl"])
@@ -84,15 +85,15 @@ def test_an_object_role_is_reported_on_load_and_kept_when_the_program_has_it(tmp
         with caplog.at_level(logging.WARNING, logger="dspy_for.modules"):
             bare = load(path, form, FORPrompting(SIG, rounds=1))
         assert "`debater`" in caplog.text and "debater_lm=<LM>" in caplog.text
-        assert isinstance(bare.debater.lm, UnsuppliedLM) and bare.defender.lm is None
+        assert isinstance(bare.debater.role_lm, UnsuppliedLM) and bare.defender.role_lm is None
         with pytest.raises(ConfigError, match=r"`debater`.*\(`openai/deb`\).*LM object.*debater_lm=<LM>"):
             bare(question=Q)
         with pytest.raises(ConfigError, match="`debater`"):
             asyncio.run(bare.acall(question=Q))
         assert server.requests == []  # refused before any LM call
         again = load(path, form, FORPrompting(SIG, rounds=1, debater_lm=debater))
-        assert again.debater.lm is debater
-        bare.debater.lm = debater  # or given afterwards
+        assert again.debater.role_lm is debater
+        bare.debater.role_lm = debater  # or given afterwards
         bare(question=Q)
         assert server.models_by_role()["debater"] == {"deb"}
 
@@ -109,7 +110,7 @@ def test_an_endpoint_spec_is_built_again_only_from_a_trusted_file(monkeypatch, t
         with pytest.raises(ConfigError, match=r"`optimizer`.*`openai/hosty`.*allow_unsafe_lm_state=True"):
             untrusted(question=Q)
         trusted = load(path, "json", ProRefine(SIG, k=5, n=1), allow_unsafe_lm_state=True)
-        assert trusted.optimizer.lm is not host and lm_record(trusted.optimizer.lm) == lm_record(host)
+        assert trusted.optimizer.role_lm is not host and lm_record(trusted.optimizer.role_lm) == lm_record(host)
         trusted(question=Q)
         assert server.models_by_role()["optimizer"] == {"hosty"}
 
@@ -122,10 +123,10 @@ def test_a_program_loaded_into_one_built_with_the_same_lms_keeps_them(tmp_path) 
     path = save(compiled, tmp_path, "json")
     resumed = Cascade(SIG, defender_lm=lms["defender"], debater_lm=lms["debater"])
     resumed.load(str(path))
-    assert {name: p.lm for name, p in resumed.named_predictors()} == {
-        name: p.lm for name, p in compiled.named_predictors()
+    assert {name: p.role_lm for name, p in resumed.named_predictors()} == {
+        name: p.role_lm for name, p in compiled.named_predictors()
     }
-    assert resumed.samples.defender.lm is lms["defender"] and resumed.debate.host.lm is None
+    assert resumed.samples.defender.role_lm is lms["defender"] and resumed.debate.host.role_lm is None
     assert len(resumed.debate.host.demos) == 1
 
 
@@ -134,13 +135,14 @@ def test_a_state_saved_by_dspy_itself_reads_every_lm_as_an_object(tmp_path, capl
         debater = server.lm("deb")
         program = FORPrompting(SIG, rounds=1, debater_lm=debater)
         path = tmp_path / "dspy.json"
-        state = {**dspy.Module.dump_state(program), "metadata": {"dependency_versions": {}}}
-        path.write_text(json.dumps(state))  # DSPy's own state: the LM's state inside
+        state = {name: dspy.Predict.dump_state(p) for name, p in program.named_predictors()}
+        state["debater"]["lm"] = debater.dump_state()  # DSPy's own state of a predictor with an LM: its state inside
+        path.write_text(json.dumps({**state, "metadata": {"dependency_versions": {}}}))
         assert json.loads(path.read_text())["debater"]["lm"]["model"] == "openai/deb"
         with caplog.at_level(logging.WARNING, logger="dspy_for.modules"):
             bare = load(path, "json", FORPrompting(SIG, rounds=1))
-        assert isinstance(bare.debater.lm, UnsuppliedLM) and "`debater`" in caplog.text
-        assert load(path, "json", FORPrompting(SIG, rounds=1, debater_lm=debater)).debater.lm is debater
+        assert isinstance(bare.debater.role_lm, UnsuppliedLM) and "`debater`" in caplog.text
+        assert load(path, "json", FORPrompting(SIG, rounds=1, debater_lm=debater)).debater.role_lm is debater
 
 
 def test_what_a_spec_lm_record_keeps() -> None:
@@ -156,7 +158,7 @@ def test_what_a_spec_lm_record_keeps() -> None:
     state = rebuilt.dump_state()
     fresh = FORPrompting(SIG)
     fresh.load_state(state)
-    assert (fresh.host.lm.kwargs["temperature"], fresh.host.lm.kwargs["rollout_id"]) == (0.9, 2)
+    assert (fresh.host.role_lm.kwargs["temperature"], fresh.host.role_lm.kwargs["rollout_id"]) == (0.9, 2)
     secret = make_lm("openai/m", extra_headers={"Authorization": "Bearer abcdefgh123456"})
     assert lm_record(secret) == {"object": "openai/m"}  # never written to a file
     assert lm_record(dspy.LM("openai/plain")) == {"object": "openai/plain"} and lm_record(None) is None
@@ -170,8 +172,13 @@ def test_copies_keep_every_roles_lm(caplog) -> None:
         deep, reset = program.deepcopy(), program.reset_copy()
     assert "Failed to deep copy" not in caplog.text
     for copied in (deep, reset):
-        assert copied.defender.lm is copied.revise.lm and copied.defender.lm is not lm
-        assert copied.defender.lm.endpoint is lm.endpoint  # one endpoint (limit, retries) per process
-        assert [p.lm.model if p.lm else None for p in copied.predictors()] == ["openai/x", "openai/x", "openai/y", None]
+        assert copied.defender.role_lm is copied.revise.role_lm and copied.defender.role_lm is not lm
+        assert copied.defender.role_lm.endpoint is lm.endpoint  # one endpoint (limit, retries) per process
+        assert [p.role_lm.model if p.role_lm else None for p in copied.predictors()] == [
+            "openai/x",
+            "openai/x",
+            "openai/y",
+            None,
+        ]
     assert len(deep.defender.demos) == 1 and reset.defender.demos == []
     assert copy.deepcopy(lm).kwargs == lm.kwargs

@@ -17,6 +17,7 @@ from role_lm_helpers import HINTS, LMCalls, RoleServer
 
 from dspy_for.errors import ConfigError
 from dspy_for.modules import Cascade, FORPrompting, PerRoleLMs, ProRefine, RoleLMSet, SelfConsistency
+from dspy_for.modules.role_predict import lm_in_use
 
 SIG = "question -> answer: float"
 Q = "Tom has 3 boxes of 12 apples. How many apples?"
@@ -171,10 +172,11 @@ def test_simbas_resampling_models_route_every_role() -> None:
         for rollout, model in enumerate(prepare_models_for_resampling(m, 3)):
             candidate = m.deepcopy()
             candidate.set_lm(model)
-            lms = {name: (p.lm.model, p.lm.kwargs.get("rollout_id")) for name, p in candidate.named_predictors()}
+            routed = {name: lm_in_use(p) for name, p in candidate.named_predictors()}
+            lms = {name: (lm.model, lm.kwargs.get("rollout_id")) for name, lm in routed.items()}
             assert lms["task"] == ("openai/t", rollout) and lms["optimizer"] == ("openai/o", rollout)
             assert lms["feedback"] == lms["verifier"] == ("openai/cfg", rollout)
-        assert m.task.lm.kwargs.get("rollout_id") is None  # the student's own LMs are not changed
+        assert m.task.role_lm.kwargs.get("rollout_id") is None  # the student's own LMs are not changed
 
 
 def compilers(server: RoleServer) -> dict[str, Callable[[PerRoleLMs], PerRoleLMs]]:
@@ -238,7 +240,7 @@ def test_compiled_programs_route_every_role_as_the_student_did(module: str, layo
         server.requests.clear()
         compiled(question=Q)
         assert_routed(server, server_roles, want)
-    assert [p.lm for p in student.predictors()] == [lms.get(r) for r in _predictor_roles(student, module)]
+    assert [p.role_lm for p in student.predictors()] == [lms.get(r) for r in _predictor_roles(student, module)]
 
 
 def _predictor_roles(program: PerRoleLMs, module: str) -> list[str]:
@@ -277,6 +279,17 @@ class _Pipeline(PerRoleLMs):
         return self.check(question=question, answer=str(answer))
 
 
+class _PlainPipeline(dspy.Module):
+    def __init__(self, debater: Any) -> None:
+        super().__init__()
+        self.solve = FORPrompting(SIG, rounds=1, debater_lm=debater)
+        self.check = dspy.Predict("question, answer -> verdict: bool")
+
+    def forward(self, question: str) -> dspy.Prediction:
+        answer = self.solve(question=question).answer
+        return self.check(question=question, answer=str(answer))
+
+
 def test_a_users_program_derived_from_per_role_lms_keeps_the_roles_of_the_modules_it_contains() -> None:
     with RoleServer() as server:
         calls = LMCalls()
@@ -290,10 +303,14 @@ def test_a_users_program_derived_from_per_role_lms_keeps_the_roles_of_the_module
             "host": {"cfg"},
         }
         assert calls.variations() == {"cfg": {(0, 1.0), (1, 1.0)}, "deb": {(0, 1.0), (1, 1.0)}}
-        plain = dspy.Module()  # the same program on dspy.Module: DSPy's own get_lm refuses it
-        plain.solve, plain.check = program.solve, program.check
-        with pytest.raises(ValueError, match="Multiple LMs"):
-            plain.get_lm()
+        plain = _PlainPipeline(server.lm("deb"))  # the same program on a plain dspy.Module: the same routing
+        assert plain.get_lm() is None  # DSPy's get_lm sees no role LM: the wrappers vary the configured LM ...
+        server.requests.clear()
+        calls.seen.clear()
+        dspy.BestOfN(plain, N=2, reward_fn=lambda args, pred: 0.0, threshold=1.0)(question=Q)
+        assert server.models_by_role() == {"answer": {"cfg"}, "debater": {"deb"}, "revise": {"cfg"}, "host": {"cfg"}}
+        # ... and each role applies the variation to its own LM
+        assert calls.variations() == {"cfg": {(0, 1.0), (1, 1.0)}, "deb": {(0, 1.0), (1, 1.0)}}
 
 
 def test_prorefines_initial_prompt_is_the_task_predictors_instruction_so_instruction_optimizers_tune_it() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import dspy
 
 from dspy_for.experiments.methods import build_method, get_method
+from dspy_for.modules.role_predict import lm_in_use
 from dspy_for.testing import system_text, user_text
 
 SIG = "question -> answer: float"
@@ -132,4 +133,4 @@ def prompts_of(program: dspy.Module) -> dict[str, tuple[str, int]]:
 
 
 def lms_of(program: dspy.Module) -> Mapping[str, Any]:
-    return {n: p.lm for n, p in program.named_predictors()}
+    return {n: lm_in_use(p) for n, p in program.named_predictors()}

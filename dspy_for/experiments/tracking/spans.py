@@ -6,7 +6,9 @@ where the method's trajectory says reliably which call made which turn — the m
 (its :class:`~dspy_for.modules.trajectory.TrajectoryView`: e.g. ``defender A0``, ``debater r1``, ``host``; ``task
 step i``, ``feedback i``, ``optimizer i``) — and otherwise (a method without one, an adapter's retry, a call the
 trajectory does not show) after its role, with the call's number within its role when the role made several:
-``task``, ``task call 2``, ``judge``.
+``task``, ``task call 2``, ``judge``. A method built on a module with roles names the module first, as DSPy's
+traces name each role's predictor (``FORPrompting.debater r1``, ``ProRefine.task step 2``; the module also as
+``dspy_for.module``); a judge's calls are the judge's.
 
 Nothing is guessed: a name from the trajectory is used only when every call lines up with it, and times are the
 calls' own (no time is ever shared out).
@@ -109,7 +111,13 @@ def call_spans(item: ItemResult, calls: Sequence[CallRecord], method: str | None
     named = None
     for view in dict.fromkeys(v for v in views if v is not None):
         named = named or view.call_names(traj, own)
-    spans = [CallSpan(name, call, turn) for (name, turn), call in zip(named or _role_names(own), own, strict=True)]
+    module = getattr(get_method(method).module, "__name__", None) if method is not None else None
+    spans = [
+        CallSpan(
+            f"{module}.{name}" if module else name, call, {**turn, **({"dspy_for.module": module} if module else {})}
+        )
+        for (name, turn), call in zip(named or _role_names(own), own, strict=True)
+    ]
     return spans + [CallSpan(name, call, turn) for (name, turn), call in zip(_role_names(judge), judge, strict=True)]
 
 
