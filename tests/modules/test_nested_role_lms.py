@@ -145,6 +145,7 @@ def test_mlflow_autolog_names_each_roles_span_and_keeps_one_adapter_span_per_cal
     import mlflow.dspy
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_experiment("nested-roles")  # this store's own (another test's active experiment is not in it)
     mlflow.dspy.autolog(log_traces=True)
     try:
         with RoleServer() as server:
