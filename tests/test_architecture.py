@@ -30,7 +30,7 @@ FLOORS: dict[str, int] = {
     "dspy_for.experiments.core": 5,
     "dspy_for.experiments.tracking": 6,
     "dspy_for.experiments.reports": 6,
-    "dspy_for.experiments.session": 7,  # one run from its spec to its outcome: every command drives it
+    "dspy_for.experiments.tracked_run": 7,  # one run from its spec to its outcome: every command drives it
     "dspy_for.experiments.sequential": 8,
     "dspy_for.experiments.comparison": 8,
     "dspy_for.experiments.sweeps": 8,

@@ -1,6 +1,6 @@
 """``dspy-for compare``: methods × datasets, one honest table, everything tracked in MLflow.
 
-Flow: spec → one :class:`~dspy_for.experiments.session.Session` → each method × dataset opened in it (prepared,
+Flow: spec → one :class:`~dspy_for.experiments.tracked_run.TrackedRun` → each method × dataset opened in it (prepared,
 compiled, its nested MLflow run and stored records) → every cell fed side by side, records streaming into the results
 store (resume) and MLflow → the table with paired tests against the baseline and the plots, logged on the parent run
 (a table or plot that fails is logged; the run and its exit code stand). A method whose every item
@@ -23,9 +23,9 @@ from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.reports.compiled import breakeven_of
 from dspy_for.experiments.reports.recheck import log_recheck
 from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
-from dspy_for.experiments.session import OpenCell, Session
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides
+from dspy_for.experiments.tracked_run import OpenCell, TrackedRun
 from dspy_for.experiments.tracking import store
 
 __all__ = ["ComparisonResult", "compare", "matched_budget", "phases"]
@@ -50,41 +50,41 @@ def compare(
     if spec.autolog:
         store.autolog()
     tags = {"dspy_for.kind": "comparison", "dspy_for.fingerprint": spec.fingerprint()}
-    session = Session(
+    tracked = TrackedRun(
         spec, items_dir=spec.items_dir(root), name=f"compare-{spec.experiment}", tags=tags, run_dir=run_dir
     )
-    with session:
-        out.run_id, out.spend = session.run_id, session.limit
+    with tracked:
+        out.run_id, out.spend = tracked.run_id, tracked.limit
         for d in spec.datasets:
             out.results[d.name], out.errors[d.name] = {}, {}
         if spec.sequential:
             for d in spec.datasets:
-                _run_sequential(session, out, d)
+                _run_sequential(tracked, out, d)
         else:
             examples: dict[str, Any] = {}
             for phase in phases(spec):
-                _run_together(session, out, phase, examples)
-        _report(session, out)
+                _run_together(tracked, out, phase, examples)
+        _report(tracked, out)
         if spec.recheck:  # the noise floor: N stored items per cell re-run uncached, never stored
-            out.recheck = session.recheck(out)
-            assert session.run_id is not None
-            session.report("the recheck's record", lambda: log_recheck(str(session.run_id), out.recheck))
+            out.recheck = tracked.recheck(out)
+            assert tracked.run_id is not None
+            tracked.report("the recheck's record", lambda: log_recheck(str(tracked.run_id), out.recheck))
     return out
 
 
-def _report(session: Session, out: ComparisonResult) -> None:
-    """The table (``summary.jsonl``, ``summary.txt``) and the plots, on the session's MLflow run and in its
+def _report(tracked: TrackedRun, out: ComparisonResult) -> None:
+    """The table (``summary.jsonl``, ``summary.txt``) and the plots, on the run's MLflow run and in its
     directory. A table or plot that fails is logged and leaves the run, its items and its MLflow runs as they are."""
-    parent, run_dir = session.run_id, out.run_dir
+    parent, run_dir = tracked.run_id, out.run_dir
     assert parent is not None and run_dir is not None
     out.cells = report.summary_cells(out)
-    if not session.report("the break-even rows", lambda: setattr(out, "breakeven", breakeven_of(out))):
+    if not tracked.report("the break-even rows", lambda: setattr(out, "breakeven", breakeven_of(out))):
         out.breakeven = []
-    session.report("summary.jsonl", lambda: store.log_table(parent, out.rows, "summary.jsonl"))
+    tracked.report("summary.jsonl", lambda: store.log_table(parent, out.rows, "summary.jsonl"))
     if out.breakeven:
-        session.report("breakeven.jsonl", lambda: store.log_table(parent, out.breakeven, "breakeven.jsonl"))
-    session.report("summary.txt", lambda: store.log_text(parent, report.table_text(out), "summary.txt"))
-    session.report("the plots", lambda: _plots(out, parent, run_dir))
+        tracked.report("breakeven.jsonl", lambda: store.log_table(parent, out.breakeven, "breakeven.jsonl"))
+    tracked.report("summary.txt", lambda: store.log_text(parent, report.table_text(out), "summary.txt"))
+    tracked.report("the plots", lambda: _plots(out, parent, run_dir))
     if not out.ok:
         store.set_tags(parent, {"dspy_for.failed_items": str(out.n_failed)})
 
@@ -128,33 +128,33 @@ def matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: Metho
     return sized
 
 
-def _run_sequential(session: Session, out: ComparisonResult, d: DatasetConfig) -> None:
+def _run_sequential(tracked: TrackedRun, out: ComparisonResult, d: DatasetConfig) -> None:
     """Every method of the spec on dataset ``d`` at once, sequentially (:mod:`dspy_for.experiments.sequential`)."""
     spec = out.spec
     cells: dict[str, OpenCell] = {}
     examples = None
     for m in spec.methods:
-        cell = session.open(d, m, examples)
+        cell = tracked.open(d, m, examples)
         if cell is not None:
             cells[m.label], examples = cell, cell.run.examples
-        elif (err := session.error(d, m)) is not None:
+        elif (err := tracked.error(d, m)) is not None:
             out.errors[d.name][m.label] = err
     if spec.baseline not in cells:
         for cell in cells.values():
-            session.close(cell, "FAILED")
+            tracked.close(cell, "FAILED")
         out.errors[d.name].setdefault(str(spec.baseline), "the baseline could not run: nothing to compare with")
         return
-    results, outcomes = run_sequential(session, cells)
+    results, outcomes = run_sequential(tracked, cells)
     for cell in cells.values():
-        session.close(cell)
+        tracked.close(cell)
     out.results[d.name] = results
     out.sequential += outcome_rows(outcomes)
-    assert session.run_id is not None
-    log_outcomes(session.run_id, outcomes)
+    assert tracked.run_id is not None
+    log_outcomes(tracked.run_id, outcomes)
 
 
 def _run_together(
-    session: Session, out: ComparisonResult, methods: list[MethodConfig], examples: dict[str, Any]
+    tracked: TrackedRun, out: ComparisonResult, methods: list[MethodConfig], examples: dict[str, Any]
 ) -> None:
     """``methods`` on every dataset, side by side on one pool of ``num_threads`` workers (each method × dataset a
     nested MLflow run streaming its items); ``examples`` keeps each dataset's items once loaded. With ``autolog``
@@ -165,20 +165,20 @@ def _run_together(
         for m in methods:
             if spec.match_budget and get_method(m.name).sized is not None:
                 m = with_options(m, matched_budget(spec, out.results[d.name], m))
-            cell = session.open(d, m, examples.get(d.name))
+            cell = tracked.open(d, m, examples.get(d.name))
             if cell is not None:
                 cells.append(cell)
                 examples[d.name] = cell.run.examples
-            elif (err := session.error(d, m)) is not None:
+            elif (err := tracked.error(d, m)) is not None:
                 out.errors[d.name][m.label] = err
     for group in [[c] for c in cells] if spec.autolog else [cells]:
         if not group:
             continue
         with store.active_run(group[0].run_id or "", spec.autolog):  # autolog's DSPy traces go to the active run
-            session.feed(group)
-            session.settle(group, rerun=spec.rerun_changed)  # what served them; what another stack served, again
+            tracked.feed(group)
+            tracked.settle(group, rerun=spec.rerun_changed)  # what served them; what another stack served, again
         for cell in group:
-            session.close(cell)
+            tracked.close(cell)
             res, run = cell.result, cell.run
             out.results[run.dataset.name][run.method.label] = res
             for error, count in res.error_counts().most_common():

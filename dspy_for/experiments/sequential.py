@@ -25,9 +25,9 @@ import dspy
 
 from dspy_for.datasets import content_key
 from dspy_for.experiments.core import MethodResult
-from dspy_for.experiments.session import OpenCell, Session
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.experiments.spec.settings import value_kind
+from dspy_for.experiments.tracked_run import OpenCell, TrackedRun
 from dspy_for.experiments.tracking import store
 from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
 
@@ -69,11 +69,13 @@ def paired_sequence(a: MethodResult, b: MethodResult, order: Sequence[dspy.Examp
     return [(mine[k], theirs[k]) for k in keys if k in mine and k in theirs]
 
 
-def run_sequential(session: Session, cells: dict[str, OpenCell]) -> tuple[dict[str, MethodResult], list[BaselinePair]]:
-    """Run ``cells`` (open in ``session``, by label; the baseline among them) sequentially on one dataset (see the
-    module docstring). Each batch runs its methods side by side through the session's one loop, under its
+def run_sequential(
+    tracked: TrackedRun, cells: dict[str, OpenCell]
+) -> tuple[dict[str, MethodResult], list[BaselinePair]]:
+    """Run ``cells`` (open in ``tracked``, by label; the baseline among them) sequentially on one dataset (see the
+    module docstring). Each batch runs its methods side by side through the run's one loop, under its
     ``max_cost``; the caller closes the cells."""
-    spec = session.spec
+    spec = tracked.spec
     assert isinstance(spec, ExperimentSpec)
     baseline = spec.baseline or next(iter(cells))
     base_run = cells[baseline].run
@@ -86,7 +88,7 @@ def run_sequential(session: Session, cells: dict[str, OpenCell]) -> tuple[dict[s
     open_: set[str] = set(others)
     for start in range(0, len(order), spec.batch_size):
         batch = order[start : start + spec.batch_size]
-        session.feed([cells[label] for label in [baseline, *sorted(open_)]], batch)
+        tracked.feed([cells[label] for label in [baseline, *sorted(open_)]], batch)
         seen = order[: start + len(batch)]
         for label in sorted(open_):
             pairs = paired_sequence(cells[label].result, cells[baseline].result, seen)
@@ -96,8 +98,8 @@ def run_sequential(session: Session, cells: dict[str, OpenCell]) -> tuple[dict[s
                 open_.discard(label)
         if not open_ or _spent(cells) >= (spec.max_total_tokens or float("inf")):
             break
-        if session.out_of_money:
-            session.leave_out(sum(len(order) - start - len(batch) for _ in [baseline, *open_]))
+        if tracked.out_of_money:
+            tracked.leave_out(sum(len(order) - start - len(batch) for _ in [baseline, *open_]))
             break
     results_by_label = {label: _in_data_order(c.result, base_run.examples) for label, c in cells.items()}
     dataset = base_run.dataset.name

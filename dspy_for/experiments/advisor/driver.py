@@ -4,7 +4,7 @@ Flow: options → one validated :class:`~dspy_for.experiments.spec.ExperimentSpe
 option checked before any LM call) → the items in one seeded order → an MLflow parent run → the pilot (CoT first:
 its cost sizes k and N; each candidate prepared by the run path, run on the pilot's items, its records stored for
 resume, dropped if over budget: :mod:`.budget`) → the rounds (:mod:`.rounds`) → the answer (:mod:`.report`). One
-:class:`~dspy_for.experiments.core.SpendLimit` (``max_cost``) covers every item the session starts, pilot and rounds.
+:class:`~dspy_for.experiments.core.SpendLimit` (``max_cost``) covers every item the run starts, pilot and rounds.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from dspy_for.experiments.core import MethodResult, load_examples
 from dspy_for.experiments.core.plan import RunPlan, plan_advise
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import seeded_order
-from dspy_for.experiments.session import OpenCell, Session
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides, task_dataset
 from dspy_for.experiments.spec.settings import check_settings, value_kind
+from dspy_for.experiments.tracked_run import OpenCell, TrackedRun
 from dspy_for.experiments.tracking import store
 
 __all__ = ["MARGIN", "advise"]
@@ -106,7 +106,7 @@ def advise(
     fraction, 0.05 = 5 points) is the difference below which two methods count as equally good; ``alpha`` is the
     error rate over all the pairs tested. ``pilot``: items that measure each candidate's cost; ``batch_size``:
     items per round. ``settings``: the run settings ``advise`` takes, by their declared names
-    (:mod:`~dspy_for.experiments.spec.settings`): ``num_threads``, ``max_cost`` (USD: once the session has spent it
+    (:mod:`~dspy_for.experiments.spec.settings`): ``num_threads``, ``max_cost`` (USD: once the run has spent it
     no item starts and the leader so far is recommended, unresolved: ``stopped_by_cost``; a re-run resumes),
     ``epochs`` (runs per item, each its own sample) made one value by ``reducer`` (mean, majority, pass_at_k),
     ``tracking_uri``, ``results_dir``. ``volume``: the items you will run; the pick among candidates within the
@@ -114,7 +114,7 @@ def advise(
     (compiler kinds, e.g. ``"bootstrap,gepa"``, with ``volume``) also tries each candidate with predictors compiled
     on ``train``, a JSONL file (:mod:`.volume`). Bad input fails with :class:`~dspy_for.errors.ConfigError` before
     any LM call (``budget_usd`` with an LM that has no price too). ``dry_run=True``: the
-    :class:`~dspy_for.experiments.core.plan.RunPlan` (the most the session can take) instead, with no LM built or
+    :class:`~dspy_for.experiments.core.plan.RunPlan` (the most the run can take) instead, with no LM built or
     called.
     """
     started = time.monotonic()
@@ -163,7 +163,7 @@ def advise(
         asked.update(volume=volume, compile=kinds, train=str(train) if train is not None else None)
     advice = _new_advice(spec, d, asked, root / "advise", pilot_items=min(pilot, len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
-    session = Session(
+    tracked = TrackedRun(
         spec,
         items_dir=spec.items_dir(root),
         name=f"advise-{d.name}",
@@ -173,10 +173,10 @@ def advise(
         progress=progress,
         shared_records=True,
     )
-    with session:
-        advice.run_id, advice.spend = session.run_id, session.limit
-        _Advising(session, d, order, advice, expired).run(chosen)
-        _finish(advice, started, session)
+    with tracked:
+        advice.run_id, advice.spend = tracked.run_id, tracked.limit
+        _Advising(tracked, d, order, advice, expired).run(chosen)
+        _finish(advice, started, tracked)
     return advice
 
 
@@ -206,22 +206,27 @@ def _new_advice(
 
 
 class _Advising:
-    """The pilot, then the rounds, over one session: each candidate an open cell, side by side."""
+    """The pilot, then the rounds, over one tracked run: each candidate an open cell, side by side."""
 
     def __init__(
-        self, session: Session, d: DatasetConfig, order: list[dspy.Example], advice: Advice, expired: Callable[[], bool]
+        self,
+        tracked: TrackedRun,
+        d: DatasetConfig,
+        order: list[dspy.Example],
+        advice: Advice,
+        expired: Callable[[], bool],
     ) -> None:
-        self.session, self.d, self.order, self.advice, self.expired = session, d, order, advice, expired
+        self.tracked, self.d, self.order, self.advice, self.expired = tracked, d, order, advice, expired
         self.cells: dict[str, OpenCell] = {}  # label -> open cell, for every candidate still in the running
 
     def run(self, chosen: list[Candidate]) -> None:
         """The pilot, then the rounds on the items after it; their outcome into the advice."""
-        a, spec = self.advice, self.session.spec
+        a, spec = self.advice, self.tracked.spec
         assert isinstance(spec, ExperimentSpec)
         self.pilot(chosen)
         rounds = Rounds(
             a.candidates,
-            self.session,
+            self.tracked,
             self.cells,
             self.order[a.pilot_items :],
             alpha=a.alpha,
@@ -250,7 +255,7 @@ class _Advising:
                 self.feed_pilot([cell])
                 sizing.result = cell.result
                 self._sized_by(cell.result)
-                self.session.close(cell)
+                self.tracked.close(cell)
         cot = [c for c in chosen if c.label == "cot"]
         students = [c for c in chosen if c.label != "cot" and c.compile is None]
         compiled = [c for c in chosen if c.label != "cot" and c.compile is not None]
@@ -287,7 +292,7 @@ class _Advising:
 
     def feed_pilot(self, cells: list[OpenCell]) -> None:
         if cells:
-            self.session.feed(cells, self.order[: self.advice.pilot_items], stop=lambda _r: self.expired())
+            self.tracked.feed(cells, self.order[: self.advice.pilot_items], stop=lambda _r: self.expired())
 
     def judge_pilot(self, c: Candidate, out: CandidateOutcome, cell: OpenCell) -> None:
         """Keep ``c`` in the running after its pilot, or drop it (over the budget, or nothing scored)."""
@@ -306,7 +311,7 @@ class _Advising:
             self.cells[c.label] = cell
             return
         logger.info("%s dropped after the pilot: %s", c.label, out.reason)
-        self.session.close(cell)
+        self.tracked.close(cell)
 
     def _sized_by(self, cot: MethodResult) -> None:
         """CoT's measured tokens and USD per item: what k and N are sized from."""
@@ -314,16 +319,16 @@ class _Advising:
             self.advice.cot_tokens, self.advice.cot_cost = cot.tokens_per_item, dollars_per_item(cot)
 
     def _not_measured(self) -> str:
-        if self.session.out_of_money:
-            return f"not measured: max_cost {money(self.session.limit.max_cost, as_given=True)} was reached first"
+        if self.tracked.out_of_money:
+            return f"not measured: max_cost {money(self.tracked.limit.max_cost, as_given=True)} was reached first"
         return "not measured: the timeout came first"
 
     def open(self, m: MethodConfig, out: CandidateOutcome) -> OpenCell | None:
-        """``m`` opened in the session (prepared through the run path, compiled, with its MLflow child run and
+        """``m`` opened in the tracked run (prepared through the run path, compiled, with its MLflow child run and
         stored records); None (and ``out`` marked) if it cannot run."""
-        cell = self.session.open(self.d, m, [*self.order])  # everything it may score: a compile leaves them out
+        cell = self.tracked.open(self.d, m, [*self.order])  # everything it may score: a compile leaves them out
         if cell is None:
-            err = self.session.error(self.d, m)
+            err = self.tracked.error(self.d, m)
             if err is None:  # max_cost was reached before its compile started
                 out.status, out.reason = NOT_RUN, self._not_measured().replace("not measured", "not compiled")
             else:
@@ -333,7 +338,7 @@ class _Advising:
         return cell
 
 
-def _finish(advice: Advice, started: float, session: Session) -> None:
+def _finish(advice: Advice, started: float, tracked: TrackedRun) -> None:
     """The recommendation's status and Python line, items used, the plot and the parent run's record (a plot or
     record that fails is logged; the answer stands)."""
     rec = advice.recommendation
@@ -346,10 +351,10 @@ def _finish(advice: Advice, started: float, session: Session) -> None:
         advice.at_volume = volume_rows(advice)
         advice.breakeven = volume_breakeven(advice, advice.at_volume)
     advice.elapsed = time.monotonic() - started
-    parent = session.run_id
+    parent = tracked.run_id
     assert parent is not None
-    session.report("the frontier plot", lambda: _frontier(advice, parent))
-    session.report("the answer's record", lambda: log_advice(parent, advice))
+    tracked.report("the frontier plot", lambda: _frontier(advice, parent))
+    tracked.report("the answer's record", lambda: log_advice(parent, advice))
 
 
 def _frontier(advice: Advice, parent: str) -> None:

@@ -14,7 +14,7 @@ After each batch (all candidates still in the running fed the same items, in the
 
 With epochs (several answers per item) each item's value is reduced over its epochs first; under the ``mean``
 reducer that value lies in [0, 1] and the tests are the bounded ones (``kind="bounded"``), else binary. Once the
-session's :class:`~dspy_for.experiments.core.SpendLimit` is reached no item starts and the rounds end unresolved
+run's :class:`~dspy_for.experiments.core.SpendLimit` is reached no item starts and the rounds end unresolved
 (``stopped_by_cost``; a pilot cut short by it settles nothing either, since some candidates were not measured).
 
 The pilot's items measure cost only (they choose which candidates enter); the tests start after them, so which
@@ -42,7 +42,7 @@ from dspy_for.experiments.advisor.volume import cheapest_at
 from dspy_for.experiments.core import MethodResult
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import paired_sequence
-from dspy_for.experiments.session import OpenCell, Session
+from dspy_for.experiments.tracked_run import OpenCell, TrackedRun
 from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
 
 __all__ = ["Ending", "Rounds", "leader", "points"]
@@ -76,13 +76,13 @@ class Ending:
 
 class Rounds:
     """The rounds over ``order`` (the items after the pilot) for the candidates in ``outcomes`` with status
-    :data:`RUNNING`, each an open cell of ``session`` (``cells``, by label), fed side by side through the session's
+    :data:`RUNNING`, each an open cell of ``tracked`` (``cells``, by label), fed side by side through the run's
     one loop (module docstring)."""
 
     def __init__(
         self,
         outcomes: Sequence[CandidateOutcome],
-        session: Session,
+        tracked: TrackedRun,
         cells: dict[str, OpenCell],
         order: Sequence[dspy.Example],
         *,
@@ -96,8 +96,8 @@ class Rounds:
     ) -> None:
         self.outcomes = {c.label: c for c in outcomes}
         self.volume, self.dataset = volume, dataset
-        self.session, self.cells, self.order = session, cells, list(order)
-        self.limit = session.limit
+        self.tracked, self.cells, self.order = tracked, cells, list(order)
+        self.limit = tracked.limit
         self.margin, self.batch_size, self.expired = margin, batch_size, expired
         labels = [c.label for c in outcomes if c.status == RUNNING]
         self.pairs = list(combinations(labels, 2))
@@ -122,7 +122,7 @@ class Rounds:
 
     @property
     def out_of_money(self) -> bool:
-        return self.session.out_of_money
+        return self.tracked.out_of_money
 
     def pair_outcomes(self) -> list[CandidatePair]:
         return [CandidatePair(a, b, self.tests[(a, b)].result) for a, b in self.pairs]
@@ -139,7 +139,7 @@ class Rounds:
         while ending is None and start < len(self.order) and not self.expired() and not self.out_of_money:
             batch = self.order[start : start + self.batch_size]
             active = self.active
-            self.session.feed([self.cells[c.label] for c in active], batch, stop=lambda _r: self.expired())
+            self.tracked.feed([self.cells[c.label] for c in active], batch, stop=lambda _r: self.expired())
             for c in active:
                 c.result = self.result(c.label)
             start += len(batch)
@@ -148,7 +148,7 @@ class Rounds:
             left = ", ".join(c.label for c in self.active)
             logger.info("after %d item(s) past the pilot: in the running: %s", start, left or "none")
         if ending is None:
-            self.session.leave_out((len(self.order) - start) * len(self.active))
+            self.tracked.leave_out((len(self.order) - start) * len(self.active))
         return ending or self._unresolved(start)
 
     def _update(self, seen: Sequence[dspy.Example]) -> None:

@@ -129,9 +129,9 @@ def recheck_cells(
     spec: ExperimentSpec, result: ComparisonResult, items_dir: Path, feed: Callable[[list[Feed]], object]
 ) -> list[Recheck]:
     """Re-run the first ``spec.recheck`` stored items of every cell of ``result`` with DSPy's cache off (see the
-    module docstring) through ``feed`` (the run's one loop: :meth:`~dspy_for.experiments.session.Session.recheck`,
-    under its ``max_cost``); one :class:`Recheck` per method × dataset, in the spec's order. Nothing is written to
-    the results store or DSPy's cache."""
+    module docstring) through ``feed`` (the run's one loop:
+    :meth:`~dspy_for.experiments.tracked_run.TrackedRun.recheck`, under its ``max_cost``); one :class:`Recheck` per
+    method × dataset, in the spec's order. Nothing is written to the results store or DSPy's cache."""
     n = spec.recheck or 0
     if n < 1:
         return []

@@ -5,7 +5,7 @@
     result = ev.result                                             # one MethodResult, in the order fed
 
 Several evaluations share one pool of threads and one :class:`SpendLimit` through :func:`feed_together`, the loop
-:class:`~dspy_for.experiments.session.Session` drives for every command. Per item: a stored record (matched by
+:class:`~dspy_for.experiments.tracked_run.TrackedRun` drives for every command. Per item: a stored record (matched by
 content) is reused; otherwise the program runs inside its own usage block → record {inputs, gold, prediction, score |
 error, usage by role, trajectory} → the judge → the store → every sink → the stop rule. An item ends scored, unparsed
 (scored 0) or failed (an error, left out of accuracy: :mod:`~dspy_for.experiments.core.records`); one failing item

@@ -318,7 +318,7 @@ class ExperimentSpec(RunSpec):
     baseline: str | None = None
     results_dir: str | None = SETTINGS["results_dir"].default  # where items are kept: see items_dir
     autolog: bool = SETTINGS["autolog"].default
-    rerun_changed: bool = SETTINGS["rerun_changed"].default  # used by the run's Session.settle
+    rerun_changed: bool = SETTINGS["rerun_changed"].default  # used by the run's TrackedRun.settle
     recheck: int | None = SETTINGS["recheck"].default  # re-run N stored items per cell uncached: core/recheck.py
     match_budget: bool = False
     #: a sequential comparison (:mod:`dspy_for.experiments.sequential`): every method on one seeded item order,

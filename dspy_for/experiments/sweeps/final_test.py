@@ -8,8 +8,8 @@ from typing import Any
 
 from dspy_for.experiments.core import MethodResult
 from dspy_for.experiments.core.summary import Summary, summarize
-from dspy_for.experiments.session import Session
 from dspy_for.experiments.sweeps.spec import SweepSpec
+from dspy_for.experiments.tracked_run import TrackedRun
 from dspy_for.experiments.tracking.datasets import log_dataset
 
 __all__ = ["FinalTest", "run_final_test"]
@@ -29,25 +29,25 @@ class FinalTest:
         return {"method": self.method, "params": self.params, **self.summary.row()}
 
 
-def run_final_test(session: Session, study: Any) -> FinalTest:
-    """The best configuration once on the test split, in ``session`` (the sweep's parent run, under the sweep's
+def run_final_test(tracked: TrackedRun, study: Any) -> FinalTest:
+    """The best configuration once on the test split, in ``tracked`` (the sweep's parent run, under the sweep's
     spend limit): through the same run core as ``compare``, its data and one trace per item logged on the parent run
     (a tracing failure is only a warning). Nothing scored: no accuracy, no cost, never a 0.0 standing for an
     outage."""
-    spec = session.spec
+    spec = tracked.spec
     assert isinstance(spec, SweepSpec)
     best = study.best_trial
     test = replace(spec.dataset, split=spec.test_split, first=None)
     method = spec.trial_method(best.params, "final-test")
-    before = session.limit.not_started
-    cell = session.open(test, method)
+    before = tracked.limit.not_started
+    cell = tracked.open(test, method)
     if cell is None:
-        session.raise_error(test, method)
-        left = session.limit.not_started - before  # max_cost was reached before its compile: none of its items ran
+        tracked.raise_error(test, method)
+        left = tracked.limit.not_started - before  # max_cost was reached before its compile: none of its items ran
         return FinalTest(method.name, best.params, summarize(MethodResult(method.label, [])), left)
-    if session.run_id is not None:
-        log_dataset(cell.run, context="test", run_id=session.run_id)
-    session.feed([cell])
-    session.close(cell)
-    left = session.limit.not_started - before
+    if tracked.run_id is not None:
+        log_dataset(cell.run, context="test", run_id=tracked.run_id)
+    tracked.feed([cell])
+    tracked.close(cell)
+    left = tracked.limit.not_started - before
     return FinalTest(cell.run.method.name, best.params, summarize(cell.result), not_started=left)

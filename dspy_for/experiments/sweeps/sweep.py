@@ -28,7 +28,6 @@ from dspy_for.experiments.core import SpendLimit
 from dspy_for.experiments.core.plan import RunPlan, plan_sweep
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.core.summary import Summary
-from dspy_for.experiments.session import Session
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.final_test import FinalTest, run_final_test
@@ -36,6 +35,7 @@ from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 from dspy_for.experiments.sweeps.storage import make_storage, open_study, requeue_failed
 from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent
 from dspy_for.experiments.sweeps.workers import _worker_entry as _worker_entry  # re-exported for worker scripts
+from dspy_for.experiments.tracked_run import TrackedRun
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -154,9 +154,9 @@ def sweep(
             study = run_study(
                 spec, workers=workers, objective_path=objective_path, parent_run_id=parent, timeout=timeout
             )
-            # the final test's session: under the sweep's one spend limit (what every trial spent before it)
+            # the final test's run: under the sweep's one spend limit (what every trial spent before it)
             left_out = "trial(s) not finished"
-            ending = Session(
+            ending = TrackedRun(
                 spec, run_id=parent, cells=False, store=False, earlier=study_spent(study), left_out=left_out
             )
             with ending:

@@ -24,12 +24,12 @@ from dspy_for.errors import ConfigError, DspyForError
 from dspy_for.experiments.core import load_examples
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.core.summary import Summary, summarize
-from dspy_for.experiments.session import Session
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.pruning import ITEM_VALUES, incumbent_values, item_values, resolved_worse
 from dspy_for.experiments.sweeps.spec import OBJECTIVES, SweepSpec
 from dspy_for.experiments.sweeps.storage import HOST, counted, lock_path, open_study, recover_stale
+from dspy_for.experiments.tracked_run import TrackedRun
 
 __all__ = [
     "Objective",
@@ -93,13 +93,13 @@ class TrialObjective:
         spec.suggest(trial)  # draws the trial's parameters into trial.params
         method = spec.trial_method(trial.params, f"trial-{trial.number}")
         run_id = trial.user_attrs.get("mlflow_run_id")
-        session = Session(spec, run_id=run_id, cells=False, store=False, progress=False)
-        with session:
-            _sync_spend(session, trial)  # a compile's spend counts too
-            cell = session.open(spec.dataset, method, examples)
-            _record_spend(session, trial)
+        tracked = TrackedRun(spec, run_id=run_id, cells=False, store=False, progress=False)
+        with tracked:
+            _sync_spend(tracked, trial)  # a compile's spend counts too
+            cell = tracked.open(spec.dataset, method, examples)
+            _record_spend(tracked, trial)
             if cell is None:
-                session.raise_error(spec.dataset, method)
+                tracked.raise_error(spec.dataset, method)
                 raise TrialFailed(_COST_REACHED.format(_max(spec)))
             if cell.run.compile_usage is not None:
                 total = cell.run.compile_usage.get("total", {})
@@ -108,10 +108,10 @@ class TrialObjective:
             for step, start in enumerate(range(0, len(examples), spec.chunk_size)):
                 if deadline is not None and time.monotonic() > deadline:
                     raise TrialFailed(f"stopped by the sweep's timeout after {len(cell.result.items)} items")
-                _sync_spend(session, trial)
-                session.feed([cell], examples[start : start + spec.chunk_size])
-                _record_spend(session, trial)
-                if session.out_of_money:
+                _sync_spend(tracked, trial)
+                tracked.feed([cell], examples[start : start + spec.chunk_size])
+                _record_spend(tracked, trial)
+                if tracked.out_of_money:
                     raise TrialFailed(_COST_REACHED.format(_max(spec)))
                 summary = summarize(cell.result)
                 _record_usage(trial, summary)
@@ -134,7 +134,7 @@ class TrialObjective:
                     trial.report(value, step)
                     if trial.should_prune() or self._paired_prune(trial, per_item):
                         raise optuna.TrialPruned()
-            session.close(cell)
+            tracked.close(cell)
         final = summarize(cell.result)
         values = [objective_value(final, o) for o in spec.objectives]
         for name, value in zip(spec.objectives, values, strict=True):
@@ -174,20 +174,20 @@ def cost_reached(spec: SweepSpec, study: Any) -> bool:
     return spec.max_cost is not None and study_spent(study) >= spec.max_cost
 
 
-def _sync_spend(session: Session, trial: Any) -> None:
-    """The trial session's one spend limit against what the sweep's other trials (every worker's) have spent, read
+def _sync_spend(tracked: TrackedRun, trial: Any) -> None:
+    """The trial's one spend limit against what the sweep's other trials (every worker's) have spent, read
     from the shared study before its compile and each chunk; a trial stops (FAIL, re-run on resume) once reached."""
-    if session.limit.max_cost is None:
+    if tracked.limit.max_cost is None:
         return
-    session.limit.earlier = study_spent(trial.study) - float(trial.user_attrs.get(SPENT, 0.0))
-    if session.out_of_money:
-        raise TrialFailed(_COST_REACHED.format(money(session.limit.max_cost, as_given=True)))
+    tracked.limit.earlier = study_spent(trial.study) - float(trial.user_attrs.get(SPENT, 0.0))
+    if tracked.out_of_money:
+        raise TrialFailed(_COST_REACHED.format(money(tracked.limit.max_cost, as_given=True)))
 
 
-def _record_spend(session: Session, trial: Any) -> None:
+def _record_spend(tracked: TrackedRun, trial: Any) -> None:
     """What the trial has spent so far, where every worker reads the sweep's spend (its user attribute)."""
-    if session.limit.max_cost is not None:
-        trial.set_user_attr(SPENT, session.limit.spent)
+    if tracked.limit.max_cost is not None:
+        trial.set_user_attr(SPENT, tracked.limit.spent)
 
 
 def _max(spec: SweepSpec) -> str:

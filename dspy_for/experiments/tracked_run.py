@@ -1,12 +1,12 @@
-"""One run from its spec to its outcome: :class:`Session` owns what surrounds every run, so ``compare`` (fixed and
+"""One run from its spec to its outcome: :class:`TrackedRun` owns what surrounds every run, so ``compare`` (fixed and
 ``--sequential``), ``advise``, each sweep trial and the sweep's final test are thin drivers of it::
 
-    with Session(spec, name="compare-demo", tags={"dspy_for.kind": "comparison"}) as session:
-        cell = session.open(dataset, method)              # prepared (and compiled), its MLflow run, its stored records
-        session.feed([cell])                              # the one loop: every open cell side by side
-        session.report("the table", write_table)          # a report that fails is logged, never fails the run
+    with TrackedRun(spec, name="compare-demo", tags={"dspy_for.kind": "comparison"}) as tracked:
+        cell = tracked.open(dataset, method)              # prepared (and compiled), its MLflow run, its stored records
+        tracked.feed([cell])                              # the one loop: every open cell side by side
+        tracked.report("the table", write_table)          # a report that fails is logged, never fails the run
 
-What it owns, written once here: the MLflow run of the session (started and ended with its status: FINISHED,
+What it owns, written once here: the run's own MLflow run (started and ended with its status: FINISHED,
 FAILED, or KILLED on Ctrl-C / SIGTERM; or a run its caller owns, such as a sweep trial's) and one nested run per cell;
 each cell's sinks (the results store for resume, the MLflow sink); the one :class:`~dspy_for.experiments.core.spend.
 SpendLimit` (``max_cost``) and its count of what was not started (one meaning per command: items for ``compare`` and
@@ -55,20 +55,20 @@ from dspy_for.experiments.tracking.sink import MlflowSink
 from dspy_for.lm import describe_lm
 from dspy_for.secrets import redact
 
-__all__ = ["OpenCell", "Session"]
+__all__ = ["OpenCell", "TrackedRun"]
 
 logger = logging.getLogger("dspy_for.run")
 
 
 @dataclass
 class OpenCell:
-    """One method on one dataset, open in a session: its prepared run, the MLflow run its items stream into, and its
+    """One method on one dataset, open in a tracked run: its prepared run, the MLflow run its items stream into, its
     :class:`~dspy_for.experiments.core.run.Evaluation` (its records as they land)."""
 
     run: PreparedRun
     run_id: str | None
     evaluation: Evaluation
-    own_run: bool  # the session started ``run_id`` for this cell (and ends it)
+    own_run: bool  # the run started ``run_id`` for this cell (and ends it)
 
     @property
     def label(self) -> str:
@@ -79,14 +79,14 @@ class OpenCell:
         return self.evaluation.result
 
 
-class Session:
+class TrackedRun:
     """One run (see the module docstring).
 
-    ``name`` and ``tags``: the session's own MLflow run, started when the session opens, with the spec and the
+    ``name`` and ``tags``: the run's own MLflow run, started when it opens, with the spec and the
     environment as params (plus ``params``); or ``run_id``, an MLflow run the caller owns (a sweep trial's, the
     sweep's parent for its final test), which every cell then streams into. ``cells``: each cell gets an MLflow run
-    of its own nested under the session's, its params, dataset and program logged (else the cells stream into the
-    session's run). ``store``: records are kept in, and reused from, the results store (``items_dir``);
+    of its own nested under the run's, its params, dataset and program logged (else the cells stream into the
+    run's own). ``store``: records are kept in, and reused from, the results store (``items_dir``);
     ``shared_records``: a cell with no records of its own reuses those another label kept under the same result key
     (``advise`` after ``compare``: the same method, options, LMs, prompts and data give the same records). ``earlier``
     and ``left_out``: what others sharing ``max_cost`` spent before (a sweep's other trials) and what the count of
@@ -122,7 +122,7 @@ class Session:
 
     # ----------------------------------------------------------------------------------------- the run
 
-    def __enter__(self) -> Session:
+    def __enter__(self) -> TrackedRun:
         self._stack.enter_context(interruptible())
         if self._own_run:
             assert self._name is not None
@@ -198,7 +198,7 @@ class Session:
         stop: StopRule | None = None,
     ) -> list[list[ItemResult]]:
         """The one loop: ``examples`` (default: each cell's own) through every cell of ``cells`` side by side on one
-        pool of threads, under the session's ``max_cost`` (``stop``: each cell's own stop rule). Returns each cell's
+        pool of threads, under the run's ``max_cost`` (``stop``: each cell's own stop rule). Returns each cell's
         new records."""
         items = list(examples) if examples is not None else None
         return self._feed([Feed(c.evaluation, c.run.examples if items is None else items, stop) for c in cells])
@@ -213,8 +213,8 @@ class Session:
 
     def recheck(self, result: ComparisonResult) -> list[Recheck]:
         """The noise floor (``recheck = N``): each cell's first N stored items run again with DSPy's cache off,
-        side by side through the session's loop and under its ``max_cost``; their answers are reported (and logged on
-        the session's run by the caller), never stored (:mod:`~dspy_for.experiments.core.recheck`)."""
+        side by side through the run's loop and under its ``max_cost``; their answers are reported (and logged on
+        the run's run by the caller), never stored (:mod:`~dspy_for.experiments.core.recheck`)."""
         assert self.items_dir is not None, "a recheck reads the stored records"
         return recheck_cells(result.spec, result, self.items_dir, self._feed)
 
@@ -258,7 +258,7 @@ class Session:
 
     def report(self, what: str, write: Callable[[], None]) -> bool:
         """Run ``write`` (a table, a plot, an export of the finished run): when it fails, the failure is logged (and
-        tagged on the session's MLflow run) and the run goes on — its items, table and MLflow runs stay. True when
+        tagged on the run's MLflow run) and the run goes on — its items, table and MLflow runs stay. True when
         it was written."""
         try:
             write()
@@ -275,7 +275,7 @@ class Session:
 
     def _results_store(self, run: PreparedRun) -> ResultStore | None:
         """``run``'s results store: its own file, or — with ``shared_records``, when it has none yet — a file of the
-        same result key kept under another label; None when the session keeps no records."""
+        same result key kept under another label; None when the run keeps no records."""
         if not self._store or self.items_dir is None:
             return None
         own = ResultStore.in_dir(self.items_dir, run.dataset.name, run.dataset.split, run.method.label, run.key)

@@ -1,4 +1,4 @@
-"""Every command is a thin driver of one run object (:class:`~dspy_for.experiments.session.Session`): what surrounds
+"""Every command is a thin driver of one run object (:class:`~dspy_for.experiments.tracked_run.TrackedRun`): what surrounds
 a run — the MLflow sinks, the spend limit, the results stores, the loop that feeds cells — is built in one place.
 Read from the code with ``ast`` (nothing run), so a new driver that sets a run up by hand fails here."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dspy_for"
-SESSION = "experiments/session.py"
+SESSION = "experiments/tracked_run.py"
 CORE_RUN = "experiments/core/run.py"  # where the loop is defined (and `evaluate`, one evaluation on its own)
 
 
@@ -34,10 +34,10 @@ def test_one_construction_of_the_spend_limit_and_of_the_mlflow_sinks(name):
 
 
 def test_one_loop_feeds_every_cell():
-    assert _calls("feed_together") == {SESSION: 1, CORE_RUN: 1}  # the session's loop; `Evaluation.feed` on its own
-    # a cell's evaluation; `evaluate` (one, no session); a recheck's store-less re-runs, fed by the session's loop
+    assert _calls("feed_together") == {SESSION: 1, CORE_RUN: 1}  # the run's loop; `Evaluation.feed` on its own
+    # a cell's evaluation; `evaluate` (one, no tracked); a recheck's store-less re-runs, fed by the run's loop
     assert set(_calls("Evaluation")) == {SESSION, CORE_RUN, "experiments/core/recheck.py"}
-    drivers = {SESSION, CORE_RUN, "experiments/core/recheck.py"}  # the recheck is handed the session's loop
+    drivers = {SESSION, CORE_RUN, "experiments/core/recheck.py"}  # the recheck is handed the run's loop
     fed = {f for f in _calls("feed") if f not in drivers}
     assert fed <= {
         "experiments/comparison.py",
@@ -47,24 +47,24 @@ def test_one_loop_feeds_every_cell():
         "experiments/sweeps/workers.py",
         "experiments/sweeps/final_test.py",
     }, fed
-    for f in fed:  # every driver feeds through the session
-        assert "session.feed(" in (PACKAGE / f).read_text(encoding="utf-8"), f
+    for f in fed:  # every driver feeds through the tracked
+        assert "tracked.feed(" in (PACKAGE / f).read_text(encoding="utf-8"), f
 
 
 def test_the_mlflow_runs_of_a_run_start_in_one_place():
-    """The session's own run and its cells' nested runs (a sweep's parent and trial runs are the study's, in its own
-    module, and its sessions stream into them)."""
+    """The run's own run and its cells' nested runs (a sweep's parent and trial runs are the study's, in its own
+    module, and its tracked runs stream into them)."""
     started = _calls("start_run")
     started.pop("experiments/tracking/store.py")  # `active_run`: makes a run MLflow's active one, starts none
     assert started == {SESSION: 2}
 
 
 def test_a_script_drives_the_run_object_as_the_guide_shows(install_scripted_lm, tmp_path):
-    """The guide's example: cells opened in one session, fed side by side, stored for resume, in MLflow."""
+    """The guide's example: cells opened in one tracked run, fed side by side, stored for resume, in MLflow."""
     from mlflow.tracking import MlflowClient
 
     from dspy_for.experiments import load_spec
-    from dspy_for.experiments.session import Session
+    from dspy_for.experiments.tracked_run import TrackedRun
     from dspy_for.testing import for_responder
 
     lm = install_scripted_lm(for_responder())
@@ -77,12 +77,12 @@ def test_a_script_drives_the_run_object_as_the_guide_shows(install_scripted_lm, 
     spec = load_spec(config)
 
     def run() -> dict[str, float]:
-        with Session(spec, items_dir=spec.items_dir(tmp_path / "mlruns"), name="my-run") as session:
-            cells = [c for m in spec.methods if (c := session.open(spec.datasets[0], m)) is not None]
-            session.feed(cells)
+        with TrackedRun(spec, items_dir=spec.items_dir(tmp_path / "mlruns"), name="my-run") as tracked:
+            cells = [c for m in spec.methods if (c := tracked.open(spec.datasets[0], m)) is not None]
+            tracked.feed(cells)
             results = {c.label: c.result for c in cells}
-        assert session.status == "FINISHED" and session.run_id is not None
-        runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_run(session.run_id).info.experiment_id])
+        assert tracked.status == "FINISHED" and tracked.run_id is not None
+        runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_run(tracked.run_id).info.experiment_id])
         assert {r.data.tags.get("mlflow.runName") for r in runs} >= {"my-run", "cot / gsm8k", "single / gsm8k"}
         return {label: r.accuracy for label, r in results.items() if r.n_scored == 2}
 
