@@ -196,17 +196,7 @@ def _unsupplied(program: dspy.Module, name: str, record: Mapping[str, Any]) -> U
     param = getattr(program, "lm_parameters", {}).get(name)
     give = f"`{param}=<LM>` when you build the program you load into, or " if param else ""
     fix = f"give it again: {give}`program.{name}.lm = <LM>` (`program.set_lm(lm)` puts every role on one LM)"
-    if "spec" in record:
-        model = record["spec"]
-        why = (
-            f"was built from `{model}` with an endpoint (`api_base`), which is restored only from a trusted file: "
-            f"load it with `allow_unsafe_lm_state=True` if you trust it, or {fix}"
-        )
-    else:
-        model = record.get("object", "an LM")
-        why = (
-            f"was an LM object when the program was saved, and a saved program carries only LMs built from specs: {fix}"
-        )
+    model, why = _why_unsupplied(record, fix)
     message = f"The LM of `{name}` in this loaded `{type(program).__name__}` (`{model}`) {why}."
     logger.warning(message)
     return UnsuppliedLM(str(model), message)
@@ -220,20 +210,24 @@ def _unsupplied_role(predictor: Any, record: Mapping[str, Any]) -> UnsuppliedLM:
         f"give it again: {give}`<predictor>.role_lm = <LM>` on the loaded program's `{label}` predictor "
         "(`program.set_lm(lm)` puts every predictor on one LM)"
     )
-    if "spec" in record:
-        model = record["spec"]
-        why = (
-            f"was built from `{model}` with an endpoint (`api_base`), which is restored only from a trusted file: "
-            f"load it with `allow_unsafe_lm_state=True` if you trust it, or {fix}"
-        )
-    else:
-        model = record.get("object", "an LM")
-        why = (
-            f"was an LM object when the program was saved, and a saved program carries only LMs built from specs: {fix}"
-        )
+    model, why = _why_unsupplied(record, fix)
     message = f"The LM of the `{role}` role (`{label}`) in this loaded program (`{model}`) {why}."
     logger.warning(message)
     return UnsuppliedLM(str(model), message)
+
+
+def _why_unsupplied(record: Mapping[str, Any], fix: str) -> tuple[str, str]:
+    """The saved LM's name and why a load could not give it back (then ``fix``: how to give it)."""
+    if "spec" in record:
+        model = str(record["spec"])
+        return model, (
+            f"was built from `{model}` with an endpoint (`api_base`), which is restored only from a trusted file: "
+            f"load it with `allow_unsafe_lm_state=True` if you trust it, or {fix}"
+        )
+    model = str(record.get("object", "an LM"))
+    return model, (
+        f"was an LM object when the program was saved, and a saved program carries only LMs built from specs: {fix}"
+    )
 
 
 def _plain(value: Any) -> Any:
