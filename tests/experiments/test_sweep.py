@@ -388,3 +388,20 @@ def test_every_trial_run_holds_one_trace_per_item(fake_lm, tmp_path):
             filter_string=f"metadata.`mlflow.sourceRun` = '{run.info.run_id}'",
         )
         assert len(traces) == 6  # the 6 validation items of the trial
+
+
+def test_a_study_plot_that_fails_is_logged_and_never_fails_the_sweep(fake_lm, tmp_path, monkeypatch, caplog):
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    def broken(*args, **kwargs):
+        raise ValueError("the plot broke")
+
+    monkeypatch.setattr(optuna.visualization.matplotlib, "plot_optimization_history", broken)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result = sweep(_write(tmp_path, study="p"), tracking_uri=uri, n_trials=2)
+    assert result.counts == {"COMPLETE": 2} and result.ok
+    assert "the study's plots could not be written (the sweep's results are kept): ValueError" in caplog.text
+    parent = MlflowClient(uri).get_run(result.parent_run_id or "")
+    assert parent.info.status == "FINISHED" and parent.data.tags["dspy_for.report_failed.the_study_plots"]
+    assert parent.data.metrics["trials.complete"] == 2

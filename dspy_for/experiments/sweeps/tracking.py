@@ -7,6 +7,7 @@ plots on the parent: optimization history, parameter importances, Pareto front (
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import warnings
 from pathlib import Path
@@ -14,13 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments.tracking import store as tracking
 from dspy_for.experiments.tracking.store import critical_write
-from dspy_for.secrets import hide_password
+from dspy_for.secrets import hide_password, redact
 
 if TYPE_CHECKING:
     from dspy_for.experiments.sweeps.final_test import FinalTest
     from dspy_for.experiments.sweeps.spec import SweepSpec
 
 __all__ = ["finish_parent", "finish_trial", "hide_password", "start_parent", "start_trial"]
+
+logger = logging.getLogger("dspy_for.sweep")
 
 
 def _client(spec: SweepSpec) -> tuple[Any, str]:
@@ -119,8 +122,6 @@ def finish_parent(
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import optuna
     from optuna.trial import TrialState
 
     if parent_run_id is None:
@@ -152,6 +153,20 @@ def finish_parent(
     if final_test is not None:
         for name, value in final_test.summary.metrics().items():
             client.log_metric(parent_run_id, f"final_test.{name}", value)
+    try:  # the study's plots: one that cannot be drawn or logged is a warning; the sweep and its runs stand
+        _log_plots(spec, study, complete, client, parent_run_id)
+    except Exception as exc:
+        error = redact(f"{type(exc).__name__}: {exc}")
+        logger.warning("the study's plots could not be written (the sweep's results are kept): %s", error)
+        client.set_tag(parent_run_id, "dspy_for.report_failed.the_study_plots", error[:500])
+    client.set_terminated(parent_run_id, status=status)
+
+
+def _log_plots(spec: SweepSpec, study: Any, complete: list[Any], client: Any, parent_run_id: str) -> None:
+    """Optimization history, parameter importances (or the Pareto front) on the parent run."""
+    import matplotlib.pyplot as plt
+    import optuna
+
     figures = {}
     vis = optuna.visualization.matplotlib
     with _quiet():
@@ -174,7 +189,6 @@ def finish_parent(
             fig.figure.savefig(path, dpi=110, bbox_inches="tight")
             plt.close(fig.figure)  # Optuna draws with pyplot, which keeps every figure open until closed
             client.log_artifact(parent_run_id, str(path))
-    client.set_terminated(parent_run_id, status=status)
 
 
 class _quiet:
