@@ -214,7 +214,7 @@ class TrackedRun:
     def recheck(self, result: ComparisonResult) -> list[Recheck]:
         """The noise floor (``recheck = N``): each cell's first N stored items run again with DSPy's cache off,
         side by side through the run's loop and under its ``max_cost``; their answers are reported (and logged on
-        the run's run by the caller), never stored (:mod:`~dspy_for.experiments.core.recheck`)."""
+        its MLflow run by the caller), never stored (:mod:`~dspy_for.experiments.core.recheck`)."""
         assert self.items_dir is not None, "a recheck reads the stored records"
         return recheck_cells(result.spec, result, self.items_dir, self._feed)
 

@@ -47,7 +47,7 @@ def test_one_loop_feeds_every_cell():
         "experiments/sweeps/workers.py",
         "experiments/sweeps/final_test.py",
     }, fed
-    for f in fed:  # every driver feeds through the tracked
+    for f in fed:  # every driver feeds through the run object
         assert "tracked.feed(" in (PACKAGE / f).read_text(encoding="utf-8"), f
 
 
