@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cot_and_for import config
 from typer.testing import CliRunner
 
 from dspy_for.cli import app
@@ -14,21 +15,7 @@ from dspy_for.lm.serving import SERVING_ATTR
 from dspy_for.testing import for_responder
 from dspy_for.testing.server import OpenAICompatibleServer
 
-CONFIG = """
-experiment = "serving"
-lm = "openai/fake-model"
-baseline = "cot"
-[[datasets]]
-name = "gsm8k"
-split = "sample"
-first = 4
-[[methods]]
-name = "cot"
-[[methods]]
-name = "for"
-label = "for_n1"
-options = { rounds = 1 }
-"""
+CONFIG = config("serving")
 
 
 def test_a_scripted_lm_reports_no_identity_so_nothing_is_marked_or_run_again(install_scripted_lm, tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cot_and_for import config
 from typer.testing import CliRunner
 
 import dspy_for.experiments.core.prepare as prepare_mod
@@ -21,21 +22,7 @@ from dspy_for.experiments.results import write_frame
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig
 from dspy_for.testing import for_responder
 
-CONFIG = """
-experiment = "load"
-lm = "openai/fake-model"
-baseline = "cot"
-[[datasets]]
-name = "gsm8k"
-split = "sample"
-first = 4
-[[methods]]
-name = "cot"
-[[methods]]
-name = "for"
-label = "for_n1"
-options = { rounds = 1 }
-"""
+CONFIG = config("load")
 #: the run's wall clock is not stored (a loaded result's times are its records' own), and a loaded result talks to no
 #: serving stack now
 WALL = ["wall_time", "reused_time", "serving_now"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import dspy
 import pytest
+from cot_and_for import config
 from typer.testing import CliRunner
 
 from dspy_for.cli import app
@@ -19,21 +20,7 @@ from dspy_for.experiments.reports.recheck import recheck_lines, recheck_rows
 from dspy_for.experiments.reports.table import table_text
 from dspy_for.testing import for_responder
 
-CONFIG = """
-experiment = "recheck"
-lm = "openai/fake-model"
-baseline = "cot"
-[[datasets]]
-name = "gsm8k"
-split = "sample"
-first = 4
-[[methods]]
-name = "cot"
-[[methods]]
-name = "for"
-label = "for_n1"
-options = { rounds = 1 }
-"""
+CONFIG = config("recheck")
 
 # the sample split's first four questions begin so; their gold answers are 27, 170, 135 and 96
 FIRST = ("Mia buys", "A bakery", "Tom reads", "A farmer")
