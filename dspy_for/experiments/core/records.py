@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from dspy_for.experiments.core.compile_step import CompileCost
     from dspy_for.lm.pricing import Price
 
-__all__ = ["ItemResult", "MethodResult", "record_key"]
+__all__ = ["ItemResult", "MethodResult", "record_key", "unit_keys"]
 
 
 @dataclass
@@ -100,6 +100,12 @@ class ItemResult:
 def record_key(item_key: str, epoch: int) -> str:
     """The key a record is stored and matched under: the item's, with ``~epoch`` for a repeat (epoch ≥ 1)."""
     return item_key if epoch == 0 else f"{item_key}~{epoch}"
+
+
+def unit_keys(examples: Iterable[Any], epochs: int) -> list[str]:
+    """The record keys of ``examples`` (each item once, matched by content) × ``epochs``: what a run of them stores."""
+    keys = dict.fromkeys(content_key(ex.get("question"), ex.get("answer")) for ex in examples)
+    return [record_key(k, e) for k in keys for e in range(epochs)]
 
 
 @dataclass

@@ -22,7 +22,7 @@ import contextvars
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -68,7 +68,8 @@ def evaluate(
 
 class Evaluation:
     """One method on one dataset as a stream of records (see the module docstring). ``origin`` names the run
-    that produces the new records (an MLflow run id), kept in each one so a later reuse can point to it."""
+    that produces the new records (an MLflow run id), kept in each one so a later reuse can point to it. ``stored``:
+    the records of ``store`` when the caller has read them already (default: read here)."""
 
     def __init__(
         self,
@@ -78,9 +79,10 @@ class Evaluation:
         sinks: Sequence[Sink] = (),
         progress: bool = True,
         origin: str | None = None,
+        stored: Mapping[str, ItemResult] | None = None,
     ) -> None:
         self.run, self.origin = run, origin
-        self.stored = store.load() if store is not None else {}
+        self.stored = dict(stored) if stored is not None else store.load() if store is not None else {}
         self.progress = ProgressBar(run.method.label, progress)
         self.sinks: list[Sink] = [*([store] if store is not None else []), *sinks, self.progress]
         self.status: RunStatus | None = None
