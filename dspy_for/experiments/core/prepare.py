@@ -215,6 +215,7 @@ def _nothing_to_run(
         return not any(needs_verdict(stored[k].judge, judge_name) for k in keys)
     return True
 
+
 def result_key(spec: RunSpec, dataset: DatasetConfig, method: MethodConfig, program: dspy.Module | None = None) -> str:
     """The key ``method``'s per-item results on ``dataset`` are stored under (:meth:`RunSpec.item_key`): from its
     ``program`` as built, or, without one, from its program built with no LM (which builds and calls no LM: an LM
