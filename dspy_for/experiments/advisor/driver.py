@@ -246,8 +246,9 @@ class _Advising:
 
     def pilot(self, chosen: list[Candidate]) -> None:
         """Measure every candidate on the pilot's items, side by side in three steps: CoT first (its tokens and $ per
-        item size k and N), then the uncompiled candidates, then the compiled ones whose uncompiled pilot is within
-        the budget (compiling only adds demos to a program's prompts: one already over it is not compiled)."""
+        item size k and N), then the uncompiled candidates, then the compiled ones whose uncompiled pilot with the
+        demos their compile adds is estimated within the budget (:meth:`compiled_fit`: one that cannot be is never
+        compiled)."""
         a = self.advice
         budgets = a.budget is not None or a.budget_usd is not None
         if budgets and any(c.sized for c in chosen) and not any(c.label == "cot" for c in chosen):
