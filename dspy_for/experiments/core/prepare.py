@@ -86,6 +86,12 @@ class PreparedRun:
     def roles(self) -> tuple[str, ...]:
         return get_method(self.method.name).roles
 
+    @property
+    def lms(self) -> list[dspy.BaseLM]:
+        """Every LM the run may call: the default, each role's and the judge's (each once)."""
+        judge = [self.judge.judge_lm] if self.judge is not None else []
+        return list({id(lm): lm for lm in [self.lm, *self.role_lms.values(), *judge]}.values())
+
 
 def role_lm(spec: RunSpec, lm: LMLike, role_name: str | None, temperature: float | None = None) -> dspy.BaseLM:
     """The one place a run builds an LM: ``lm`` (a spec string, or a user's LM object, whose requests then travel

@@ -32,6 +32,7 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from dspy_for.compat.dspy import warm_completion_path
 from dspy_for.datasets import content_key
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import PreparedRun
@@ -303,6 +304,7 @@ def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None) -> I
                     break
                 yield (plan, *plan.evaluation._run_item(unit))
         return
+    warm_completion_path(lm for p in plans for lm in p.evaluation.run.lms)  # imports paid here, not in the threads
     pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="dspy-for-item")
     todo = _interleaved(plans)
     pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
