@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from tests.experiments.test_imports import _child
+from test_imports import _child
 
 pytestmark = pytest.mark.llm
 MODEL = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
