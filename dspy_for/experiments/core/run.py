@@ -85,7 +85,8 @@ class Evaluation:
         self.run, self.origin = run, origin
         self.stored = dict(stored) if stored is not None else store.load() if store is not None else {}
         self.progress = ProgressBar(run.method.label, progress)
-        self.sinks: list[Sink] = [*([store] if store is not None else []), *sinks, self.progress]
+        # the caller's sinks before the store: a record stored for resume has been handed to every sink (its trace)
+        self.sinks: list[Sink] = [*sinks, *([store] if store is not None else []), self.progress]
         self.status: RunStatus | None = None
         self._items: dict[str, ItemResult] = {}  # landed, by content key
         self._order: list[str] = []  # content keys in the order fed
