@@ -313,15 +313,18 @@ class TraceWriter:
                     self._send(("trace", sink, seq, payload))
 
     def _close(self, ours: socket.socket) -> None:
-        """At exit: the writer process is told there is nothing more (its input ends), stores what it still holds and
-        ends (waited for, at most :data:`STALL_SECONDS`)."""
+        """At exit: the writer process is told there is nothing more (its input ends) and ends; while it still holds
+        traces not stored (a sink that never waited for them), it is waited for, at most :data:`STALL_SECONDS`."""
         if self.pid != os.getpid() or self._process is None:
             return
         self._closing = True
         with contextlib.suppress(OSError):
             ours.shutdown(socket.SHUT_WR)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(timeout=STALL_SECONDS)
+        with self._lock:
+            pending = any(s.sent for s in self._sinks.values())
+        if pending:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=STALL_SECONDS)
 
 
 def _warn(context: TraceContext, item: str, why: str) -> None:
