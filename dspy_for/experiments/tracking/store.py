@@ -12,6 +12,7 @@ value equal to a secret-looking environment variable, in params, tags and artifa
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -27,6 +28,8 @@ from typing import Any, TypeVar
 
 from filelock import FileLock
 
+from dspy_for.errors import PathError
+from dspy_for.experiments.core.folders import writable_folder
 from dspy_for.experiments.core.sinks import critical
 from dspy_for.jsonwalk import flat_items
 from dspy_for.secrets import is_secret_key, redact
@@ -92,7 +95,7 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
     root = tracking_root(uri)
     if uri.startswith("sqlite:///"):
         artifact_root = (root / "artifacts").resolve().as_uri()
-    root.mkdir(parents=True, exist_ok=True)
+    _check_writable(root, uri)
     with FileLock(str(root / ".dspy_for_store.lock")):
         if uri.startswith("sqlite:///"):
             _write_ahead_log(Path(uri[len("sqlite:///") :].split("?", 1)[0]))
@@ -104,6 +107,19 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
             exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root)
     mlflow.set_experiment(experiment_id=exp_id)
     return root
+
+
+def _check_writable(root: Path, uri: str) -> None:
+    """The folder beside the store (created when missing) and a SQLite store's file can be written; else a
+    :class:`~dspy_for.errors.PathError` naming them and the fix, before anything runs."""
+    fix = "pass another store (`--tracking-uri sqlite:///DIR/mlflow.db`, the config's `tracking_uri`)"
+    refused = writable_folder(root, "The MLflow store's folder", fix)
+    where = root
+    db = Path(uri[len("sqlite:///") :].split("?", 1)[0]) if uri.startswith("sqlite:///") else None
+    if refused is None and db is not None and db.is_file() and not os.access(db, os.W_OK):  # (opening the file
+        refused, where = PermissionError(errno.EACCES, os.strerror(errno.EACCES)), db  # would drop SQLite's locks)
+    if refused is not None:
+        raise PathError(f"The MLflow store {where} cannot be written ({refused.strerror}): make it writable, or {fix}.")
 
 
 def _write_ahead_log(db: Path) -> None:
