@@ -46,8 +46,8 @@ from dspy_for.experiments.core.compile_step import CompileNotStarted
 from dspy_for.experiments.core.outcome import ComparisonResult
 from dspy_for.experiments.core.recheck import Recheck, recheck_cells
 from dspy_for.experiments.core.serving import changed_records, settle
-from dspy_for.experiments.core.store import StoreLocks
 from dspy_for.experiments.core.sinks import RunStatus, StopRule, interruptible
+from dspy_for.experiments.core.store import StoreLocks
 from dspy_for.experiments.spec import DatasetConfig, MethodConfig
 from dspy_for.experiments.spec.model import RunSpec
 from dspy_for.experiments.tracking import store

@@ -85,7 +85,7 @@ def test_a_benchmark_file_that_is_not_utf8_is_refused_with_its_line_number(serve
     rows = [json.dumps({"question": f"{i} + {i}?", "answer": f"#### {2 * i}"}).encode() for i in range(1, 4)]
     rows[2] = rows[2].replace(b"?", b"\xe9?")  # Latin-1, not UTF-8
     (folder / "test.jsonl").write_bytes(b"\n".join(rows) + b"\n")
-    argv = _with(compare_args("cot,for", server, tmp_path), "--split", "test") + ["--data-dir", str(tmp_path / "data")]
+    argv = [*_with(compare_args("cot,for", server, tmp_path), "--split", "test"), "--data-dir", str(tmp_path / "data")]
     _refused(_invoke(argv, tmp_path, monkeypatch), server, str(folder / "test.jsonl"), "line 3", "UTF-8")
 
 
