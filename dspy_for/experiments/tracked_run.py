@@ -130,6 +130,7 @@ class TrackedRun:
         if self._own_run:
             assert self._name is not None
             store.setup_tracking(self.spec.tracking_uri, self.spec.experiment)  # the store and experiment, once made
+            _end_stale_runs(self.spec.experiment)
             self.run_id = store.start_run(self._name, self.spec.experiment, tags=self._tags)
             time_ = time.strftime("%Y-%m-%dT%H:%M:%S")
             params = {"spec": {**self.spec.to_dict(), "time": time_}, **self._params, **store.environment_params()}
@@ -294,6 +295,17 @@ class TrackedRun:
             logger.info("%s: reusing the stored records of %s (same result key)", run.method.label, others[0].name)
             return ResultStore(others[0])
         return own
+
+
+def _end_stale_runs(experiment: str) -> None:
+    """End KILLED the experiment's MLflow runs that a process that is gone left RUNNING, and say so in one line."""
+    ended = store.end_stale_runs(experiment)
+    if ended:
+        logger.warning(
+            "ended %d MLflow run(s) left RUNNING by a run whose process is gone (pid %s): marked KILLED",
+            sum(len(ids) for ids in ended.values()),
+            ", ".join(ended),
+        )
 
 
 def _tag(what: str) -> str:

@@ -143,6 +143,6 @@ def test_a_loaded_roles_refusal_names_its_attribute_path(tmp_path: Path) -> None
         Outer(second_debater=server.lm("deb")).save(str(path))
         bare = Outer()
         bare.load(str(path))
-        with pytest.raises(ConfigError, match=r"`solver\.second\.debater`"):
-            bare(question=Q)
-        assert server.requests == []
+        with pytest.raises(ConfigError, match=r"`solver\.second\.debater`.*`program\.solver\.second\.debater\.role_lm"):
+            bare(question=Q)  # the first debate ran on the configured LM; the second is refused before its calls
+        assert {c["model"] for c in server.calls()} == {"cfg"} and len(server.requests) == 4

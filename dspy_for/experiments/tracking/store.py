@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import platform
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +40,7 @@ __all__ = [
     "client",
     "default_tracking_uri",
     "end_run",
+    "end_stale_runs",
     "environment_params",
     "log_figure",
     "log_json",
@@ -206,9 +208,59 @@ def client() -> Any:
 def start_run(
     name: str, experiment: str, *, parent_id: str | None = None, tags: Mapping[str, str] | None = None
 ) -> str:
-    """A new run in ``experiment`` (nested under ``parent_id``), ended by :func:`end_run`; its id."""
-    all_tags = {**(tags or {}), **({"mlflow.parentRunId": parent_id} if parent_id else {})}
+    """A new run in ``experiment`` (nested under ``parent_id``), ended by :func:`end_run`; its id. It is tagged with
+    the process that runs it (:data:`PROCESS_TAG`), so a later run can end it when that process is gone
+    (:func:`end_stale_runs`)."""
+    all_tags = {**(tags or {}), **({"mlflow.parentRunId": parent_id} if parent_id else {}), PROCESS_TAG: _process()}
     return str(client().create_run(experiment_id(experiment), run_name=name, tags=all_tags).info.run_id)
+
+
+#: the tag naming the process a run runs in: ``<host>:<pid>:<the process's start time>`` (a pid used again by another
+#: process has another start time)
+PROCESS_TAG = "dspy_for.process"
+
+
+def _process(pid: int | None = None) -> str:
+    import psutil
+
+    proc = psutil.Process(pid)
+    return f"{socket.gethostname()}:{proc.pid}:{proc.create_time():.2f}"
+
+
+def _gone(process: str) -> bool:
+    """Whether the process a :data:`PROCESS_TAG` names is gone (killed, crashed); a process on another machine is
+    never known to be."""
+    import psutil
+
+    host, pid, _ = process.rsplit(":", 2)
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        return _process(int(pid)) != process or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+@critical_write
+def end_stale_runs(experiment: str) -> dict[str, list[str]]:
+    """End KILLED every run of ``experiment`` left RUNNING by a process of this machine that is gone (a run killed
+    with SIGKILL, or a crash, cannot end its own runs), tagged ``dspy_for.ended_stale`` with why; returns the ended
+    runs' ids by the pid that left them."""
+    c = client()
+    wanted = f"attributes.status = 'RUNNING' and tags.\"{PROCESS_TAG}\" LIKE '{socket.gethostname()}:%'"
+    ended: dict[str, list[str]] = {}
+    runs = c.search_runs([experiment_id(experiment)], filter_string=wanted, max_results=50_000)
+    for run in runs:
+        process = run.data.tags.get(PROCESS_TAG, "")
+        if not _gone(process):
+            continue
+        pid = process.rsplit(":", 2)[1]
+        c.set_tag(run.info.run_id, "dspy_for.ended_stale", f"left RUNNING by process {pid}, which was gone")
+        c.set_terminated(run.info.run_id, status="KILLED")
+        ended.setdefault(pid, []).append(run.info.run_id)
+    return ended
 
 
 @contextmanager
