@@ -211,7 +211,7 @@ def _unsupplied(program: dspy.Module, name: str, record: Mapping[str, Any]) -> U
 
 
 def _unsupplied_role(predictor: Any, record: Mapping[str, Any]) -> UnsuppliedLM:
-    role = {
+    role: dict[str, Any] = {
         "role": getattr(predictor, "role", "?"),
         "label": getattr(predictor, "label", "a role"),
         "param": getattr(predictor, "lm_parameter", None),

@@ -52,14 +52,16 @@ def _advise(methods: str, server: OpenAICompatibleServer, tmp_path: Path) -> lis
     return ["advise", "--methods", methods, "--max-items", "3", *common_args(server, tmp_path)]
 
 
-def _run_together(commands: list[list[str]], tmp_path: Path) -> list[subprocess.CompletedProcess[str]]:
+def _run_together(
+    commands: list[list[str]], tmp_path: Path, environ: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _PROCESS, str(barrier), str(len(commands)), *argv],
             cwd=tmp_path,
-            env=env(tmp_path),
+            env=environ or env(tmp_path),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -120,3 +122,22 @@ def test_three_compares_in_rotated_orders_finish_and_share_the_work(server, tmp_
 def test_an_advise_beside_a_compare_finishes_and_shares_the_work(server, tmp_path: Path):
     done = _run_together([_advise("cot,for", server, tmp_path), compare_args("for,cot", server, tmp_path)], tmp_path)
     _check(done, tmp_path, {"cot", "for"})
+
+
+@pytest.mark.llm
+def test_two_compares_in_opposite_orders_on_the_local_model(tmp_path: Path):
+    """The same on the embedded model (shared by both processes): two items, CoT and the single call."""
+    model = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
+    common = ["--lm", f"local/{model}", "--lm-option", "max_tokens=256", "--dataset", "gsm8k", "--split", "sample"]
+    common += ["--first", "2", "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db"]
+    common += ["--results-dir", str(tmp_path / "results"), "--no-match-budget"]
+    orders = ["cot,single", "single,cot"]
+    commands = [["compare", "--methods", o, "--baseline", o.split(",")[0], *common] for o in orders]
+    done = _run_together(commands, tmp_path, {**os.environ, "COLUMNS": "200"})
+    for p in done:
+        assert p.returncode in (0, 1), p.stdout[-3000:]  # (1: an item the small model failed is an error)
+        assert "Traceback" not in p.stdout, p.stdout[-3000:]
+    for path in sorted((tmp_path / "results").rglob("*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        finished = Counter(r["question"] for r in rows if r["error"] is None)  # (a failed item runs again: an error)
+        assert len({r["question"] for r in rows}) == 2 and set(finished.values()) <= {1}, (path.name, rows)
