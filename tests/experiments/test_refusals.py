@@ -101,23 +101,18 @@ def test_a_reader_names_the_line_of_bytes_that_are_not_utf8(tmp_path):
 # ------------------------------------------------------------------------------------------ read-only disks
 
 
-def test_an_unwritable_results_folder_with_items_to_run_is_refused(server, tmp_path):
-    results = tmp_path / "results"
-    results.mkdir()
-    code, out = cli(compare_args("cot", server, tmp_path), tmp_path, read_only_prefix(results, tmp_path))
+@pytest.mark.parametrize(
+    ("folder", "says"),
+    [("results", ["--results-dir", "3 item(s) to store"]), ("mlruns", ["--tracking-uri"])],
+    ids=["results-folder", "mlflow-store"],
+)
+def test_a_folder_on_a_read_only_disk_with_something_to_write_is_refused(server, tmp_path, folder, says):
+    read_only = tmp_path / folder
+    read_only.mkdir()
+    code, out = cli(compare_args("cot", server, tmp_path), tmp_path, read_only_prefix(read_only, tmp_path))
     text = " ".join(out.split())
     assert code == 2, out
-    assert "Traceback" not in out and str(results) in text and "--results-dir" in text and "3 item(s)" in text
-    assert server.requests == []
-
-
-def test_an_unwritable_mlflow_store_is_refused(server, tmp_path):
-    store = tmp_path / "mlruns"
-    store.mkdir()
-    code, out = cli(compare_args("cot", server, tmp_path), tmp_path, read_only_prefix(store, tmp_path))
-    text = " ".join(out.split())
-    assert code == 2, out
-    assert "Traceback" not in out and str(store) in text and "--tracking-uri" in text
+    assert "Traceback" not in out and str(read_only) in text and all(s in text for s in says), out
     assert server.requests == []
 
 

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from cli_processes import compare_args, respond
 from cot_and_for import config
 from typer.testing import CliRunner
 
@@ -109,35 +110,13 @@ def test_a_store_reader_without_repair_reads_around_a_binary_line(tmp_path):
     assert list(store.load(repair=False)) and store.path.read_bytes().startswith(BINARY)
 
 
-def _respond(messages, max_tokens):
-    return {"reasoning": "3 * 12 = 36.", "answer": "36"}
-
-
 def test_the_cli_runs_a_store_with_a_binary_line_without_a_traceback(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
-    with OpenAICompatibleServer(_respond) as server:
-        args = [
-            "compare",
-            "--dataset",
-            "gsm8k",
-            "--split",
-            "sample",
-            "--first",
-            "3",
-            "--methods",
-            "cot",
-            "--lm",
-            "openai/test-model",
-            "--lm-option",
-            f"api_base={server.base_url}",
-            "--tracking-uri",
-            f"sqlite:///{tmp_path}/mlruns/mlflow.db",
-            "--results-dir",
-            str(tmp_path / "res"),
-        ]
+    with OpenAICompatibleServer(respond) as server:
+        args = compare_args("cot", server, tmp_path)
         assert CliRunner().invoke(app, args).exit_code == 0
-        store = next((tmp_path / "res").rglob("*.jsonl"))
+        store = next((tmp_path / "results").rglob("*.jsonl"))
         store.write_bytes(store.read_bytes() + BINARY + b"\n" + JSON_LIST + b"\n")
         before = len(server.requests)
         res = CliRunner().invoke(app, args)
