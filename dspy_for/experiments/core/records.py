@@ -114,27 +114,31 @@ class ItemResult:
 
 
 @functools.cache
-def _shapes() -> dict[str, Any]:
-    """Each field of a record and its type, as :class:`ItemResult` declares them."""
-    return typing.get_type_hints(ItemResult)
+def _shapes() -> dict[str, tuple[type, ...] | None]:
+    """Each field of a record and the JSON types its value may have, from :class:`ItemResult`'s declarations (None:
+    any value)."""
+    return {name: _json_types(hint) for name, hint in typing.get_type_hints(ItemResult).items()}
+
+
+def _json_types(hint: Any) -> tuple[type, ...] | None:
+    if hint is Any:
+        return None
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        parts = [_json_types(h) for h in typing.get_args(hint)]
+        return None if any(p is None for p in parts) else tuple(t for p in parts if p is not None for t in p)
+    kind = typing.get_origin(hint) or hint
+    return (int, float) if kind is float else (kind,)  # a float may be written as an integer
 
 
 def _required(f: Any) -> bool:
     return f.default is MISSING and f.default_factory is MISSING
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON value can be the field of type ``hint`` (a float may be written as an integer)."""
-    if hint is Any:
+def _fits(value: Any, kinds: tuple[type, ...] | None) -> bool:
+    """Whether a JSON value can be a field whose value has one of ``kinds`` (a bool is no number)."""
+    if kinds is None:
         return True
-    if typing.get_origin(hint) in (types.UnionType, typing.Union):
-        return any(_fits(value, h) for h in typing.get_args(hint))
-    kind = typing.get_origin(hint) or hint
-    if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return value is None if kind is type(None) else isinstance(value, kind)
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
 
 
 def record_key(item_key: str, epoch: int) -> str:
