@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dspy_for.errors import DatasetError
+from dspy_for.errors import DatasetError, DspyForError
 
 __all__ = [
     "LOCAL_READERS",
@@ -38,16 +38,16 @@ def read_bundled_sample() -> list[dict]:
     return gsm8k_parse(_parse_jsonl_text(text, "gsm8k_sample.jsonl (bundled)"), "gsm8k_sample.jsonl (bundled)")
 
 
-def read_utf8(path: Path) -> str:
-    """The text of a data file (a UTF-8 byte-order mark is allowed); bytes that are not UTF-8 fail naming their line
-    and the fix."""
+def read_utf8(path: Path, error: type[DspyForError] = DatasetError) -> str:
+    """The text of a data (or config) file, a UTF-8 byte-order mark allowed; bytes that are not UTF-8 are an ``error``
+    naming their line and the fix."""
     data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DatasetError(
+        raise error(
             f"{path}, line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); save it as UTF-8 "
             f"(e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed.jsonl`, if it is Latin-1)."
         ) from None

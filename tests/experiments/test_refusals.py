@@ -89,6 +89,12 @@ def test_a_benchmark_file_that_is_not_utf8_is_refused_with_its_line_number(serve
     _refused(_invoke(argv, tmp_path, monkeypatch), server, str(folder / "test.jsonl"), "line 3", "UTF-8")
 
 
+def test_a_config_that_is_not_utf8_is_refused_with_its_line_number(server, tmp_path, monkeypatch):
+    config = tmp_path / "c.toml"
+    config.write_bytes(b'experiment = "x"\n# caf\xe9\n')
+    _refused(_invoke(["compare", str(config)], tmp_path, monkeypatch), server, str(config), "line 2", "UTF-8")
+
+
 def test_a_reader_names_the_line_of_bytes_that_are_not_utf8(tmp_path):
     from dspy_for.datasets.user import read_user_rows
 
