@@ -44,14 +44,7 @@ from dspy_for.errors import ConfigError, DspyForError
 from dspy_for.lm import resolve_lm
 from dspy_for.modules import role_lm_state as saved
 
-__all__ = [
-    "RolePredict",
-    "lm_in_use",
-    "naming_errors",
-    "resample_changes",
-    "role_class",
-    "role_lms",
-]
+__all__ = ["RolePredict", "lm_in_use", "naming_errors", "resample_changes", "role_class", "role_lms"]
 
 #: what a copy of the LM in force may change and still be a resample of it (DSPy's wrappers change these)
 SAMPLING_KEYS = ("rollout_id", "temperature")

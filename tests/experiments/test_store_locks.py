@@ -53,7 +53,7 @@ def _advise(methods: str, server: OpenAICompatibleServer, tmp_path: Path) -> lis
 
 
 def _run_together(
-    commands: list[list[str]], tmp_path: Path, environ: dict[str, str] | None = None
+    commands: list[list[str]], tmp_path: Path, environ: dict[str, str] | None = None, timeout: float = TIMEOUT
 ) -> list[subprocess.CompletedProcess[str]]:
     barrier = tmp_path / "barrier"
     barrier.mkdir()
@@ -69,12 +69,12 @@ def _run_together(
         for argv in commands
     ]
     try:
-        outs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
         tails = "\n---\n".join((p.communicate()[0] or "")[-1500:] for p in procs)
-        pytest.fail(f"the runs did not finish in {TIMEOUT} s (a deadlock):\n{tails}")
+        pytest.fail(f"the runs did not finish in {timeout} s (a deadlock):\n{tails}")
     assert len(os.listdir(barrier)) == len(commands), "not every process reached a store lock:\n" + "\n---\n".join(
         out[-2000:] for out in outs
     )
@@ -126,18 +126,18 @@ def test_an_advise_beside_a_compare_finishes_and_shares_the_work(server, tmp_pat
 
 @pytest.mark.llm
 def test_two_compares_in_opposite_orders_on_the_local_model(tmp_path: Path):
-    """The same on the embedded model (shared by both processes): two items, CoT and the single call."""
+    """The same on the embedded model (shared by both processes): one item, CoT and the single call."""
     model = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
     common = ["--lm", f"local/{model}", "--lm-option", "max_tokens=256", "--dataset", "gsm8k", "--split", "sample"]
-    common += ["--first", "2", "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db"]
+    common += ["--first", "1", "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db"]
     common += ["--results-dir", str(tmp_path / "results"), "--no-match-budget"]
     orders = ["cot,single", "single,cot"]
     commands = [["compare", "--methods", o, "--baseline", o.split(",")[0], *common] for o in orders]
-    done = _run_together(commands, tmp_path, {**os.environ, "COLUMNS": "200"})
+    done = _run_together(commands, tmp_path, {**os.environ, "COLUMNS": "200"}, timeout=900)  # a busy CPU: slow
     for p in done:
         assert p.returncode in (0, 1), p.stdout[-3000:]  # (1: an item the small model failed is an error)
         assert "Traceback" not in p.stdout, p.stdout[-3000:]
     for path in sorted((tmp_path / "results").rglob("*.jsonl")):
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         finished = Counter(r["question"] for r in rows if r["error"] is None)  # (a failed item runs again: an error)
-        assert len({r["question"] for r in rows}) == 2 and set(finished.values()) <= {1}, (path.name, rows)
+        assert len({r["question"] for r in rows}) == 1 and set(finished.values()) <= {1}, (path.name, rows)

@@ -233,7 +233,10 @@ class StoreLocks:
             for p in sorted([path, *users]):  # one order for every run: none waits on another in a circle
                 self._held[p] = open_lock(p, wait=True)
             self._users = {**users, path: [store]}
-            return [s for stores in users.values() for s in stores]
+            again = [s for stores in users.values() for s in stores]
+            for s in again:  # its file is opened again at its next record (another run may have replaced it)
+                s.close()
+            return again
         except OSError as exc:
             if exc.errno not in READ_ONLY:
                 raise
