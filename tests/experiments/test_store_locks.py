@@ -20,7 +20,7 @@ from cli_processes import common_args, compare_args, env, respond
 from dspy_for.testing import OpenAICompatibleServer
 
 #: how long the processes may take together before the test calls it a deadlock
-TIMEOUT = 240
+TIMEOUT = 420
 
 # A process of the test: the dspy-for command line, with every store lock's first acquisition held at a barrier until
 # every process of the test holds its own first lock (or 20 s pass).
