@@ -205,7 +205,8 @@ def lm_option_defaults() -> dict[str, Any]:
         "max_tokens": lm_options.DEFAULT_MAX_TOKENS,
         "temperature": lm_options.lm_defaults("openai/gpt-4.1-mini", {})["temperature"],
         "n_ctx": server.DEFAULT_N_CTX,
-        "prompt_cache": False,
+        "prompt_cache": True,
+        "slots": lm_options.DEFAULT_SLOTS,
     }
     return {k: defaults.get(k) for k in keys}
 

@@ -34,6 +34,7 @@ from dspy_for.jsonwalk import leaves, walk
 from dspy_for.judges import RUBRICS
 from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm, is_reasoning_model, lm_defaults
 from dspy_for.lm.factory import REASONING_MAX_TOKENS, TRANSPORT_OPTIONS
+from dspy_for.lm.options import SERVER_OPTIONS, local_slots
 
 __all__ = ["DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "ProgramSpec", "RunSpec"]
 __all__ += ["load_examples", "prompts_fingerprint"]
@@ -114,7 +115,7 @@ class RunSpec:
     cache: bool = True
     judge: JudgeConfig | None = None
     # run settings: each declared once in spec/settings.py (meaning, commands, flag, check); none changes a result
-    num_threads: int = SETTINGS["num_threads"].default
+    num_threads: int | None = SETTINGS["num_threads"].default  # None: see `threads`
     tracking_uri: str | None = SETTINGS["tracking_uri"].default
     max_cost: float | None = SETTINGS["max_cost"].default  # enforced by the run core's SpendLimit
     epochs: int = SETTINGS["epochs"].default  # each its own record; `reducer` makes one value per item of them
@@ -176,9 +177,23 @@ class RunSpec:
             options = self.lm_options_for(r)
             if isinstance(lm, str) and is_reasoning_model(lm, options):
                 options = self.lm_build_options(lm, r)  # the temperature and budget it runs at are not the defaults
-            options = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS}
+            options = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS + SERVER_OPTIONS}
             out[r] = {"lm": lm if isinstance(lm, str) else describe_lm(lm), **({"options": options} if options else {})}
         return out
+
+    @property
+    def threads(self) -> int:
+        """Items run at once: ``num_threads``, or by default the slots of the local server the run's LMs use (the
+        most, when several), else 1 (:func:`~dspy_for.lm.options.local_slots`)."""
+        if self.num_threads is not None:
+            return self.num_threads
+        roles = self.method_roles() | ({"judge"} if self.judge is not None else set())
+        slots = [
+            local_slots(lm, self.lm_options_for(r)) for r in roles for lm in {self.lm_for(r), *self._method_lms(r)}
+        ]
+        if self.judge is not None:
+            slots.append(local_slots(self.judge.lm, self.lm_options_for("judge")))
+        return max((s for s in slots if s is not None), default=1)
 
     # ----------------------------------------------------------------------------------- validation
 
