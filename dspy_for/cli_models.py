@@ -26,13 +26,14 @@ models_app = typer.Typer(no_args_is_help=True, help="Local GGUF models served by
 
 @models_app.command("list")
 def models_list() -> None:
-    """Show the registry: name, size, speed class, pulled or not."""
+    """Show the registry: name, size, speed class, measured speed, pulled or not."""
 
     t = Table(title=f"local models (in {model_dir()})")
-    for col in ("name", "size", "speed class", "pulled"):
+    for col in ("name", "size", "speed class", "completion tok/s (slots: tok/s)", "pulled"):
         t.add_column(col)
     for m in list_models():
-        t.add_row(m.name, f"{m.bytes / 1e6:,.0f} MB", m.speed_class, "yes" if m.pulled else "no")
+        measured = ", ".join(f"{n}: {tps:g}" for n, tps in sorted(m.speed.completion.items())) or "not measured"
+        t.add_row(m.name, f"{m.bytes / 1e6:,.0f} MB", m.speed_class, measured, "yes" if m.pulled else "no")
     console.print(t)
 
 

@@ -19,11 +19,8 @@
   (:mod:`dspy_for.lm.pricing`).
 * :func:`check_lm_spec` and :func:`check_lm_options` validate a spec and its options without starting
   anything, so configs fail before a run starts.
-* ``local/<name>`` options: ``slots`` (requests the server answers at once, default
-  :data:`~dspy_for.lm.options.DEFAULT_SLOTS`; requests beyond them wait in the process: ``max_connections`` defaults
-  to the slots), ``prompt_cache`` (default True: llama.cpp's prompt reuse; False evaluates every prompt whole,
-  docs/prompt_cache.md), ``n_ctx`` (context per slot) and ``n_threads``. The LM's DSPy cache entries are kept under
-  its serving identity (:mod:`dspy_for.lm.serving`), so an answer another stack made is never replayed as its own.
+* ``local/<name>`` takes ``slots``, ``prompt_cache``, ``n_ctx`` and ``n_threads`` (:class:`LocalLM`); its DSPy cache
+  entries are kept under its serving identity, so an answer another stack made is never replayed as its own.
 
 Usage of every LM call (any ``dspy.BaseLM``, not only these) is recorded by
 :func:`dspy_for.lm.usage.track_usage`; the cache installed here keeps the original call's token counts
@@ -237,12 +234,10 @@ def with_transport(lm: dspy.BaseLM) -> dspy.BaseLM:
 class LocalLM(LM):
     """An LM on the shared local llama.cpp server of a registry model (:mod:`dspy_for.lm.server`).
 
-    ``slots``: the parallel slots to start the server with (None: :data:`~dspy_for.lm.options.DEFAULT_SLOTS`); a
-    running server is used with its own, with a warning when ``slots`` asked for others (:attr:`slots` is what
-    serves). ``prompt_cache=False`` sends ``cache_prompt: false`` with every request (each prompt evaluated whole).
-    Requests in flight are capped at the serving slots unless ``max_connections`` is given. If the server dies
-    (killed, crashed), the next call restarts it and retries once.
-    """
+    ``slots``: the parallel slots to start the server with (None: :data:`~dspy_for.lm.options.DEFAULT_SLOTS`; a
+    running server serves with its own: :attr:`slots`), which also cap its requests in flight unless
+    ``max_connections`` is given. ``prompt_cache=False`` sends ``cache_prompt: false`` (each prompt evaluated whole);
+    ``n_ctx``: context per slot. A dead server is restarted by the next call, which is retried once."""
 
     def __init__(
         self,
@@ -312,10 +307,8 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
 
     Options: ``temperature`` (default 0), ``max_tokens``, ``cache`` (default True), ``timeout`` (seconds,
     default :data:`DEFAULT_TIMEOUT`, local :data:`DEFAULT_LOCAL_TIMEOUT`; None: litellm's default),
-    ``num_retries`` (default :data:`DEFAULT_NUM_RETRIES`, local 1), ``api_base`` and any litellm option;
-    for ``local/`` specs also ``slots`` (default :data:`~dspy_for.lm.options.DEFAULT_SLOTS`), ``prompt_cache``
-    (default True; docs/prompt_cache.md), ``n_ctx`` (per slot) and ``n_threads``. ``api_key`` is refused: keys come
-    from the environment.
+    ``num_retries`` (default :data:`DEFAULT_NUM_RETRIES`, local 1), ``api_base`` and any litellm option; for
+    ``local/`` specs also those of :class:`LocalLM`. ``api_key`` is refused: keys come from the environment.
     The LM remembers the spec and options it was built from (:func:`dspy_for.lm.origin.made_from`).
     """
     if isinstance(spec, dspy.BaseLM):
@@ -349,13 +342,12 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
             f"or 'local/<name>' for a local model (see `dspy-for models list`)."
         )
     check_lm_spec(spec)
-    for local_only in ("prompt_cache", "slots"):
-        if local_only in options:
-            raise ConfigError(
-                f"`{local_only}` applies to local models only (`local/<name>`), not to `{spec}`: drop it (give it to "
-                "the local roles only with `role_lm_options` / `--role-lm-option ROLE:KEY=VALUE`), or use a local "
-                "model (see `dspy-for models list`)."
-            )
+    local = "slots" if "slots" in options else "prompt_cache" if options.pop("prompt_cache", True) is False else None
+    if local:
+        raise ConfigError(
+            f"`{local}` applies to local models only (`local/<name>`), not to `{spec}`: drop it (give it to the local "
+            "roles only: `--role-lm-option ROLE:KEY=VALUE`), or use a local model (see `dspy-for models list`)."
+        )
     configure_cache()
     options.update(lm_defaults(spec, options, max_tokens=False))
     if is_reasoning_model(spec, options):

@@ -1,26 +1,21 @@
 """The embedded default LM: llama.cpp's ``llama-server`` on 127.0.0.1, answering requests side by side.
 
-The server runs ``slots`` requests at once (``--parallel``, continuous batching: a batch of streams costs a CPU little
-more than one, since decoding waits on memory), each slot with a context of ``n_ctx`` tokens of its own. Its binary is
-built from pinned source (:mod:`dspy_for.lm.llama_build`).
-
-One server per registry model is shared by every process on the machine:
+The server answers ``slots`` requests at once (``--parallel``, continuous batching: on a CPU, decoding waits on memory,
+so a batch of streams costs little more than one), each slot with ``n_ctx`` tokens of context of its own. Its binary is
+built from pinned source (:mod:`dspy_for.lm.llama_build`). One server per registry model is shared by every process:
 
 * a state file ``<server dir>/<model>.json`` (pid, port, alias, slots, build, who started it, and the *leases*: pids
   of processes using it) guarded by a file lock;
-* a process that needs the model takes a lease on a running server, or starts one (``started_by = "library"``) if
-  there is none; at exit it drops its lease, and the last lease holder stops a library-started server. Servers
-  started with ``dspy-for serve`` (``started_by = "serve"``) or by anyone else are never stopped by the library.
-* A running server is used as it is: one asked for with other ``slots`` serves with its own (a warning says so, and
-  the serving identity names the slots that served); stop it, or ``dspy-for serve NAME --slots N``, to change them.
+* a process that needs the model takes a lease on a running server, or starts one (``started_by = "library"``); at
+  exit it drops its lease, and the last lease holder stops a library-started server. Servers started with
+  ``dspy-for serve`` (``started_by = "serve"``) or by anyone else are never stopped by the library;
+* a running server is used as it is: asked for other ``slots``, it serves with its own (a warning says so, and the
+  serving identity names the slots that served).
 
-The server's log goes to ``<server dir>/<model>.log`` (the previous one is kept as ``<model>.log.1``); a failed start
-shows its tail.
-
-**Prompt reuse** is llama.cpp's own (docs/prompt_cache.md): each slot reuses the longest prefix its next prompt shares
-with its last one, and idle slots' states are kept in a host-memory cache of ``cache_ram_mb`` MiB (``--cache-ram``)
-for the prompts that share them. A request can turn it off (``cache_prompt: false``, the LM option
-``prompt_cache=False``): its prompt is then evaluated whole.
+Its log is ``<server dir>/<model>.log`` (the previous one kept as ``.log.1``); a failed start shows its tail. Prompt
+reuse is llama.cpp's own (docs/prompt_cache.md): each slot reuses the longest prefix its next prompt shares with its
+last, and idle slots' states are kept in ``cache_ram_mb`` MiB of host memory; a request can turn it off
+(``cache_prompt: false``).
 """
 
 from __future__ import annotations
@@ -114,8 +109,7 @@ def _paths(name: str) -> tuple[Path, Path, Path]:
 
 
 def _read_state(path: Path) -> ServerInfo | None:
-    """The state in ``path``; None when there is none, or it describes a server of another kind (one written before
-    the embedded server was llama-server has no ``build``)."""
+    """The state in ``path``; None when there is none, or it is of an earlier server (without ``build``)."""
     try:
         data = json.loads(path.read_text())
         if not data.get("build"):
@@ -158,18 +152,12 @@ def healthy(info: ServerInfo, timeout: float = 2.0) -> bool:
 
 
 def metrics(info: ServerInfo, timeout: float = 5.0) -> dict[str, float]:
-    """The server's Prometheus counters and gauges (``GET /metrics``), by name without the ``llamacpp:`` prefix:
-    ``prompt_tokens_total`` (prompt tokens evaluated), ``prompt_tokens_cached_total`` (reused),
-    ``tokens_predicted_total``, ``n_busy_slots_per_decode`` (slots decoded together, on average), ..."""
+    """The server's counters and gauges (``GET /metrics``) by name, without ``llamacpp:``: ``prompt_tokens_total``
+    (prompt tokens evaluated), ``prompt_tokens_cached_total`` (reused), ``n_busy_slots_per_decode``, ..."""
     with urllib.request.urlopen(f"{info.root_url}/metrics", timeout=timeout) as resp:
-        text = resp.read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("llamacpp:"):
-            name, _, value = line[len("llamacpp:") :].partition(" ")
-            with contextlib.suppress(ValueError):
-                out[name] = float(value)
-    return out
+        lines = resp.read().decode().splitlines()
+    pairs = (line.removeprefix("llamacpp:").partition(" ") for line in lines if line.startswith("llamacpp:"))
+    return {name: float(value) for name, _, value in pairs}
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
@@ -212,10 +200,8 @@ def server_command(
     cache_ram_mb: int = DEFAULT_CACHE_RAM_MB,
     build: ServerBuild | None = None,
 ) -> list[str]:
-    """The command line that runs the server of registry model ``name`` (pulled): ``slots`` parallel slots of
-    ``n_ctx`` tokens each (one KV cache per slot, so each has its whole context whatever the others hold), continuous
-    batching, ``n_threads`` CPU threads, the prompt cache in ``cache_ram_mb`` MiB of host memory, ``/metrics`` on, no
-    web UI."""
+    """The command line of the server of registry model ``name`` (pulled): ``slots`` slots of ``n_ctx`` tokens each (a
+    KV cache per slot: each has its whole context whatever the others hold), continuous batching, ``/metrics``."""
     check_slots(slots)
     _check_cache_ram(cache_ram_mb)
     binary = (build or server_build()).binary
@@ -240,11 +226,8 @@ def start_server(
     started_by: str = "library",
     timeout: float = 180.0,
 ) -> tuple[ServerInfo, subprocess.Popen[bytes]]:
-    """Start a server process for registry model ``name`` and wait until it is healthy.
-
-    The caller must hold the model's lock (``ensure_server`` does) or be the only user (``serve``). A model that is
-    not pulled, a server that is not built, a port in use: a clear error before anything starts.
-    """
+    """Start a server process for registry model ``name`` and wait until it is healthy; the caller holds the model's
+    lock. A model not pulled, a server not built, a port in use: a clear error before anything starts."""
     model_path(name)  # not pulled: the command that pulls it
     build = server_build()  # not built: the command that builds it
     _, _, log_path = _paths(name)
@@ -293,11 +276,8 @@ def ensure_server(
     port: int | None = None,
     slots: int | None = None,
 ) -> ServerInfo:
-    """Return a running shared server for ``name``, starting one with ``slots`` (None: :data:`DEFAULT_SLOTS`) if none
-    is running; takes a lease.
-
-    A running server is used as it is (module docstring), with a warning when ``slots`` asked for others: the
-    returned :class:`ServerInfo` says which serve."""
+    """A running shared server for ``name`` (its :class:`ServerInfo` says which slots serve), started with ``slots``
+    (None: :data:`DEFAULT_SLOTS`) if none is running; takes a lease."""
     get_model(name)
     if slots is not None:
         check_slots(slots)
@@ -381,10 +361,7 @@ def serve_forever(
     cache_ram_mb: int = DEFAULT_CACHE_RAM_MB,
     on_ready: Callable[[ServerInfo], None] | None = None,
 ) -> ServerInfo:
-    """Run a server in the foreground for other processes (``dspy-for serve``); returns when it exits.
-
-    Ctrl-C or SIGTERM stops the server; library processes never stop it (``started_by = "serve"``).
-    """
+    """Run a server in the foreground for other processes (``dspy-for serve``) until Ctrl-C or SIGTERM stops it."""
 
     def _on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

@@ -166,6 +166,7 @@ def test_local_only_options_are_refused_for_other_lms_and_checked_for_local_ones
     for option, value in (("slots", 2), ("prompt_cache", False)):
         with pytest.raises(ConfigError, match=rf"`{option}` applies to local models only.*--role-lm-option"):
             make_lm("openai/gpt-4.1-mini", **{option: value})
+    assert "prompt_cache" not in make_lm("openai/gpt-4.1-mini", prompt_cache=True).kwargs  # the default: nothing to do
     from dspy_for.lm import check_lm_options
 
     for bad in (0, -1, 1.5, True, "4"):
@@ -194,17 +195,18 @@ def test_a_stored_result_keeps_its_key_whatever_the_slots_but_not_whatever_the_p
 def test_num_threads_follows_the_local_servers_slots_unless_given():
     from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
     from dspy_for.experiments.spec.model import JudgeConfig
+    from dspy_for.experiments.spec.settings import run_threads
 
     def threads(lm=f"local/{NAME}", **kw):
-        return ExperimentSpec(lm=lm, datasets=[DatasetConfig("gsm8k", "val")], methods=[MethodConfig("cot")], **kw)
+        spec = ExperimentSpec(lm=lm, datasets=[DatasetConfig("gsm8k", "val")], methods=[MethodConfig("cot")], **kw)
+        return run_threads(spec.validate())
 
-    assert threads().threads == DEFAULT_SLOTS and threads().num_threads is None
-    assert threads(lm_options={"slots": 2}).threads == 2
-    assert threads(role_lm_options={"task": {"slots": 6}}).threads == 6
-    assert threads(num_threads=3).threads == 3  # given: as given
-    assert threads(lm="openai/gpt-4.1-mini").threads == 1  # no local model: one at a time, as before
-    judged = threads(lm="openai/gpt-4.1-mini", judge=JudgeConfig(lm=f"local/{NAME}"))
-    assert judged.threads == DEFAULT_SLOTS
+    assert threads() == DEFAULT_SLOTS and ExperimentSpec(datasets=[], methods=[]).num_threads is None
+    assert threads(lm_options={"slots": 2}) == 2
+    assert threads(role_lm_options={"task": {"slots": 6}}) == 6
+    assert threads(num_threads=3) == 3  # given: as given
+    assert threads(lm="openai/gpt-4.1-mini") == 1  # no local model: one at a time, as before
+    assert threads(lm="openai/gpt-4.1-mini", judge=JudgeConfig(lm=f"local/{NAME}")) == DEFAULT_SLOTS
 
 
 def test_compare_sends_a_local_models_items_side_by_side(fake, tmp_path, monkeypatch):

@@ -188,11 +188,12 @@ def plan_compare(spec: ExperimentSpec, items_dir: Path | None, exclude: Sequence
 
 def _side_by_side(spec: Any) -> list[str]:
     """What LM time means when items run side by side."""
-    if spec.threads <= 1:
+    threads = spec.threads
+    if threads <= 1:
         return []
     return [
-        f"LM time adds up every call's seconds, and the run keeps {spec.threads} items in flight (num_threads): its "
-        "wall time is shorter"
+        f"LM time adds up every call's seconds, and the run keeps {threads} items in flight (num_threads): its wall "
+        "time is shorter"
     ]
 
 

@@ -19,12 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.spec.data import positive_int
-from dspy_for.lm.options import DEFAULT_SLOTS
+from dspy_for.lm.options import DEFAULT_SLOTS, local_slots
 from dspy_for.stats import check_reducer
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.spec.model import RunSpec
 
 __all__ = [
     "RUN_COMMANDS",
@@ -33,6 +36,7 @@ __all__ = [
     "check_settings",
     "declare",
     "reference_rows",
+    "run_threads",
     "settings_for",
     "value_kind",
 ]
@@ -143,6 +147,19 @@ declare(
         old_flags=("--threads",),
     )
 )
+
+
+def run_threads(spec: RunSpec) -> int:
+    """Items ``spec`` runs at once: its ``num_threads``; by default the slots of the local server its LMs use (the most,
+    when several: :func:`~dspy_for.lm.options.local_slots`), else 1."""
+    if spec.num_threads is not None:
+        return spec.num_threads
+    roles = spec.method_roles() | ({"judge"} if spec.judge is not None else set())
+    pairs = [(lm, spec.lm_options_for(r)) for r in roles for lm in {spec.lm_for(r), *spec._method_lms(r)}]
+    pairs += [(spec.judge.lm, spec.lm_options_for("judge"))] if spec.judge is not None else []
+    return max((s for lm, options in pairs if (s := local_slots(lm, options)) is not None), default=1)
+
+
 declare(
     Setting(
         "max_cost",
