@@ -39,9 +39,8 @@ def main() -> None:
 
     def call_raw(p: str) -> None:
         nonlocal raw_tokens, raw_prompt
-        r = client.chat.completions.create(
-            model=lm.server.alias, messages=[{"role": "user", "content": p}], temperature=0, max_tokens=64
-        )
+        r = client.chat.completions.create(model=lm.server.alias, messages=[{"role": "user", "content": p}],
+                                           temperature=0, max_tokens=64)
         raw_tokens += r.usage.completion_tokens
         raw_prompt += r.usage.prompt_tokens
 
@@ -61,12 +60,9 @@ def main() -> None:
     u = usage.total
     print(f"{'path':28s} {'calls':>5s} {'prompt tok':>10s} {'completion tok':>14s} {'wall s':>8s} {'median s':>9s}")
     print(f"{'raw openai client':28s} {len(prompts):5d} {raw_prompt:10d} {raw_tokens:14d} {raw:8.2f} {med_raw:9.3f}")
-    print(
-        f"{'dspy-for LM layer (no cache)':28s} {u.calls:5d} {u.prompt_tokens:10d} {u.completion_tokens:14d} "
-        f"{ours:8.2f} {med_ours:9.3f}"
-    )
+    print(f"{'dspy-for LM layer (no cache)':28s} {u.calls:5d} {u.prompt_tokens:10d} {u.completion_tokens:14d} "
+          f"{ours:8.2f} {med_ours:9.3f}")
     print(f"ratio (ours / raw): total {ours / raw:.3f}, median call {med_ours / med_raw:.3f}  (target <= 1.10)")
-
 
 if __name__ == "__main__":
     main()

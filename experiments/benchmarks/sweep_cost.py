@@ -31,30 +31,9 @@ import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any 
 
 TARGET = 1.15
 WORDS = [
-    "add",
-    "subtract",
-    "multiply",
-    "total",
-    "each",
-    "remaining",
-    "so",
-    "therefore",
-    "per",
-    "cost",
-    "left",
-    "units",
-    "times",
-    "half",
-    "twice",
-    "amount",
-    "number",
-    "sum",
-    "difference",
-    "check",
-    "step",
-    "value",
-    "result",
-    "gives",
+    "add", "subtract", "multiply", "total", "each", "remaining", "so", "therefore", "per", "cost", "left",
+    "units", "times", "half", "twice", "amount", "number", "sum", "difference", "check", "step", "value",
+    "result", "gives",
 ]
 
 
@@ -76,13 +55,8 @@ def scripted_responder(messages: list[dict[str, Any]], max_tokens: int | None) -
         return {"questions": [f"How did you get {_prose(user + str(i), 6)} in step {i + 1}?" for i in range(k)]}
     if "asked questions about" in system:
         k = max(1, user.count("?"))
-        return {
-            "responses": [_prose(f"{user}r{i}", 20) for i in range(min(k, 3))],
-            "error_found": "False",
-            "error": "none",
-            "reasoning": _prose(user, 60 + _h(user, 80)),
-            "answer": answer,
-        }
+        return {"responses": [_prose(f"{user}r{i}", 20) for i in range(min(k, 3))], "error_found": "False",
+                "error": "none", "reasoning": _prose(user, 60 + _h(user, 80)), "answer": answer}
     if "You are the Host" in system:
         return {"reasoning": _prose(user, 80 + _h(user, 60)), "answer": answer}
     return {"reasoning": _prose(user, 60 + _h(user, 80)), "answer": answer}
@@ -127,25 +101,16 @@ def run_scenario(order: list[int], args: argparse.Namespace, host: bool) -> dict
         if args.lm == "scripted":
             from dspy_for.testing import ScriptedLM
 
-            dspy.cache = Cache(
-                enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="", memory_max_entries=1_000_000
-            )
+            dspy.cache = Cache(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir="",
+                               memory_max_entries=1_000_000)
             lm = ScriptedLM(scripted_responder, cache=True)
             lm_pkg.make_lm = lambda spec, **options: lm  # the objective resolves make_lm at call time
         cfg = Path(tmp) / "cost.toml"
-        cfg.write_text(
-            CONFIG.format(
-                lm=args.lm if args.lm != "scripted" else "openai/scripted",
-                max_tokens=args.max_tokens,
-                n=len(order),
-                points=", ".join(f"{{ rounds = {r} }}" for r in order),
-                host=str(host).lower(),
-                dataset=args.dataset,
-                split=args.split,
-                items=args.items,
-                data_dir=f'data_dir = "{args.data_dir}"' if args.data_dir else "",
-            )
-        )
+        cfg.write_text(CONFIG.format(
+            lm=args.lm if args.lm != "scripted" else "openai/scripted", max_tokens=args.max_tokens, n=len(order),
+            points=", ".join(f"{{ rounds = {r} }}" for r in order), host=str(host).lower(),
+            dataset=args.dataset, split=args.split, items=args.items,
+            data_dir=f'data_dir = "{args.data_dir}"' if args.data_dir else ""))
         result = sweep(cfg, tracking_uri=f"sqlite:///{tmp}/mlruns/mlflow.db")
         trials = result.study.trials
         if [t.params["rounds"] for t in trials] != order or any(t.state.name != "COMPLETE" for t in trials):
@@ -174,10 +139,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cwd = os.getcwd()
     hosts = {"off": [False], "on": [True], "both": [False, True]}[args.host]
-    table = Table(
-        title=f"FOR sweep N ∈ {{0,1,2,3}} vs one N = 3 run — lm={args.lm}, {args.items} items "
-        f"of {args.dataset}/{args.split}, fresh cache per row"
-    )
+    table = Table(title=f"FOR sweep N ∈ {{0,1,2,3}} vs one N = 3 run — lm={args.lm}, {args.items} items "
+                        f"of {args.dataset}/{args.split}, fresh cache per row")
     for col in ("host", "sweep order", "sweep tokens", "N=3 tokens", "ratio", f"≤ {TARGET}", "sweep cached"):
         table.add_column(col, justify="right")
     for host in hosts:
@@ -185,15 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         for order in ([0, 1, 2, 3], [3, 2, 1, 0]):
             s = run_scenario(order, args, host)
             ratio = s["spent"] / max(1, single["spent"])
-            table.add_row(
-                "on" if host else "off",
-                ",".join(map(str, order)),
-                f"{s['spent']:.0f}",
-                f"{single['spent']:.0f}",
-                f"{ratio:.3f}",
-                "yes" if ratio <= TARGET else "NO",
-                f"{s['cached']:.0f}",
-            )
+            table.add_row("on" if host else "off", ",".join(map(str, order)), f"{s['spent']:.0f}",
+                          f"{single['spent']:.0f}", f"{ratio:.3f}", "yes" if ratio <= TARGET else "NO",
+                          f"{s['cached']:.0f}")
     os.chdir(cwd)
     Console().print(table)
     return 0

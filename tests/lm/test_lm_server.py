@@ -98,16 +98,15 @@ def test_requests_in_flight_are_decoded_together(server_dir):
 
 def test_a_repeated_prefix_is_reused_and_with_the_cache_off_evaluated_whole(server_dir):
     system = "You are a careful arithmetic tutor who answers briefly. " * 20  # ~200 tokens every request shares
-    ask = [[{"role": "system", "content": system}, {"role": "user", "content": f"What is {q}?"}] for q in
-           ("17 + 25", "9 * 7")]  # fmt: skip
+    ask = [f"{system}\n\nWhat is {q}?" for q in ("17 + 25", "9 * 7")]
     on = make_lm(f"local/{MODEL}", cache=False, max_tokens=16, slots=1)
     off = make_lm(f"local/{MODEL}", cache=False, max_tokens=16, slots=1, prompt_cache=False)
-    on(messages=ask[0])
+    on(ask[0])
     before = server.metrics(on.server)
-    on(messages=ask[1])
+    on(ask[1])
     reused = server.metrics(on.server)
     assert reused["prompt_tokens_cached_total"] - before["prompt_tokens_cached_total"] >= 150  # the system prompt
-    off(messages=ask[0])
+    off(ask[0])
     whole = server.metrics(on.server)
     assert whole["prompt_tokens_cached_total"] == reused["prompt_tokens_cached_total"]  # nothing reused
     assert whole["prompt_tokens_total"] - reused["prompt_tokens_total"] >= 200  # every prompt token evaluated
@@ -122,12 +121,12 @@ def test_with_one_slot_and_the_prompt_cache_off_an_answer_is_a_function_of_its_p
         "A box holds 12 eggs. How many eggs are in 7 boxes, less 5 broken ones?",
         "Tom reads 23 pages a day for 6 days, then 11 pages. How many pages?",
     ]
-    prompts = [[{"role": "system", "content": system}, {"role": "user", "content": q}] for q in questions]
+    prompts = [f"{system}\n\n{q}" for q in questions]
 
     def answers(order: list[int]) -> dict[int, str]:
         lm = make_lm(f"local/{MODEL}", cache=False, max_tokens=96, slots=1, prompt_cache=False)
         assert lm.slots == 1
-        return {i: lm(messages=prompts[i])[0] for i in order}
+        return {i: lm(prompts[i])[0] for i in order}
 
     first = answers([0, 1, 2])
     server.stop_server(MODEL)  # a fresh server: no state of the first session
