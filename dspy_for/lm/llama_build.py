@@ -198,12 +198,13 @@ def build_server(
     :class:`~dspy_for.errors.ServerError` with the tail of the build log.
     """
     say = progress or (lambda message: None)
-    for tool in ("cmake", "c++"):
-        if shutil.which(tool) is None:
-            raise ServerError(
-                f"Building llama-server needs `{tool}` on PATH (and a C/C++ compiler): install CMake and a compiler "
-                "(Debian: `apt-get install cmake g++`), then run the build again."
-            )
+    cmake, compiler = _tool("cmake"), _tool("c++")
+    if cmake is None or compiler is None:
+        raise ServerError(
+            f"Building llama-server needs {'CMake' if cmake is None else 'a C++ compiler'}: `pip install cmake` (the "
+            "`local` extra installs it) or Debian's `apt-get install cmake`, and a C/C++ compiler (`apt-get install "
+            f"g++`); then run `{BUILD_COMMAND}` again."
+        )
     target = build_dir()
     target.mkdir(parents=True, exist_ok=True)
     binary = target / "bin" / _BINARY
@@ -223,9 +224,9 @@ def build_server(
             n = str(jobs or os.cpu_count() or 2)
             with log_path.open("w") as log:
                 say(f"configuring (log: {log_path})")
-                _run(["cmake", "-S", str(src), "-B", str(build), *cmake_flags()], log, log_path)
+                _run([cmake, "-S", str(src), "-B", str(build), *cmake_flags()], log, log_path)
                 say(f"compiling llama-server on {n} jobs (about 8 minutes on 2 cores)")
-                _run(["cmake", "--build", str(build), "--target", _BINARY, "-j", n], log, log_path)
+                _run([cmake, "--build", str(build), "--target", _BINARY, "-j", n], log, log_path)
             built = build / "bin" / _BINARY
             if not built.is_file():
                 raise ServerError(f"The build finished without {built}. See {log_path}, then run `{BUILD_COMMAND}`.")
@@ -244,6 +245,12 @@ def build_server(
         (target / _RECORD).write_text(json.dumps(asdict(record), indent=2))
     say(f"built {binary}")
     return binary
+
+
+def _tool(name: str) -> str | None:
+    """``name`` beside this Python (a virtualenv's own: the ``cmake`` wheel of the ``local`` extra), else on PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which(name)
 
 
 def _download(requirement: str, sha256: str, tmp: Path, say: Progress) -> Path:

@@ -59,7 +59,7 @@ def pinned(tmp_path, monkeypatch):
         'chmod +x "$2/bin/llama-server"; fi\n'
     )
     cmake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setattr(llama_build, "_tool", lambda name: str(cmake) if name == "cmake" else "/usr/bin/c++")
     return sdist, tmp_path / "cmake.log"
 
 
@@ -120,10 +120,24 @@ def test_a_failed_build_says_why_and_what_to_run(pinned, monkeypatch):
         llama_build.server_build()  # a failed build leaves no binary behind
 
 
-def test_a_missing_cmake_is_named(pinned, monkeypatch):
-    monkeypatch.setattr(llama_build.shutil, "which", lambda tool: None if tool == "cmake" else "/usr/bin/" + tool)
-    with pytest.raises(ServerError, match=r"needs `cmake` on PATH"):
+def test_a_missing_cmake_or_compiler_is_named_with_the_install_command(pinned, monkeypatch):
+    monkeypatch.setattr(llama_build, "_tool", lambda name: None if name == "cmake" else "/usr/bin/c++")
+    with pytest.raises(ServerError, match=r"needs CMake: `pip install cmake`.*models build-server"):
         llama_build.build_server(sdist=pinned[0])
+    monkeypatch.setattr(llama_build, "_tool", lambda name: None if name == "c++" else "/usr/bin/cmake")
+    with pytest.raises(ServerError, match=r"needs a C\+\+ compiler"):
+        llama_build.build_server(sdist=pinned[0])
+
+
+def test_cmake_beside_this_python_comes_before_the_one_on_path(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "cmake").write_text("#!/bin/sh\n")
+    (bin_dir / "cmake").chmod(0o755)
+    monkeypatch.setattr(llama_build.sys, "executable", str(bin_dir / "python"))
+    assert llama_build._tool("cmake") == str(bin_dir / "cmake")
+    monkeypatch.setattr(llama_build.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert llama_build._tool("c++") == "/usr/bin/c++"
 
 
 def test_a_users_own_llama_server_is_named_by_its_version(tmp_path, monkeypatch):
