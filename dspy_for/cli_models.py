@@ -29,7 +29,8 @@ def models_list() -> None:
     """Show the registry: name, size, speed class, measured speed, pulled or not."""
 
     t = Table(title=f"local models (in {model_dir()})")
-    for col in ("name", "size", "speed class", "completion tok/s (slots: tok/s)", "pulled"):
+    t.add_column("name", no_wrap=True)
+    for col in ("size", "speed class", "completion tok/s (slots: tok/s)", "pulled"):
         t.add_column(col)
     for m in list_models():
         measured = ", ".join(f"{n}: {tps:g}" for n, tps in sorted(m.speed.completion.items())) or "not measured"

@@ -39,7 +39,7 @@ split = "val"
 [[methods]]
 name = "for"
 label = "for_n1_host"
-options = {{ rounds = 1, host = true }}
+options = { rounds = 1, host = true }
 """
 
 
