@@ -90,7 +90,7 @@ def serve(
         typer.Option(
             min=0,
             help="Host memory for the prompt states of idle slots, in MiB (llama.cpp's --cache-ram; 0: none kept "
-            "beyond the slots; does not change answers).",
+            "beyond the slots).",
         ),
     ] = DEFAULT_CACHE_RAM_MB,
     prompt_cache: Annotated[bool, typer.Option(hidden=True, help="Deprecated: every server reuses prompts.")] = False,
