@@ -186,7 +186,7 @@ def _role_lms(spec: ExperimentSpec, m: MethodConfig) -> tuple[dict[str, str], di
         elif lm.startswith(LOCAL_PREFIX):
             from dspy_for.lm.server import alias_for  # a local model's served name: its alias, no server started
 
-            lms[r] = f"hosted_vllm/{alias_for(lm[len(LOCAL_PREFIX) :], bool(options.get('prompt_cache')))}"
+            lms[r] = f"hosted_vllm/{alias_for(lm[len(LOCAL_PREFIX) :])}"
             price = parse_price(options["price"]) if "price" in options else LOCAL_PRICE
         else:
             lms[r] = lm

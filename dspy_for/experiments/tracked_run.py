@@ -226,7 +226,7 @@ class TrackedRun:
         return recheck_cells(result.spec, result, self.items_dir, self._feed)
 
     def _feed(self, feeds: list[Feed]) -> list[list[ItemResult]]:
-        return feed_together(feeds, num_threads=self.spec.num_threads, limit=self.limit) if feeds else []
+        return feed_together(feeds, num_threads=self.spec.threads, limit=self.limit) if feeds else []
 
     def close(self, cell: OpenCell, status: RunStatus | None = None) -> None:
         """Close ``cell``'s evaluation (its sinks get the whole result) and end its MLflow run with its status

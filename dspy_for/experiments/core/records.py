@@ -60,8 +60,8 @@ class ItemResult:
     origin: str | None = None  # the run that produced this record (an MLflow run id), when it was tracked
     epoch: int = 0  # which repeat of the item this record is (0: the first; runs with ``epochs = k`` have 0..k-1)
     #: what served this record's LM calls (the method's; the judge's are apart): one identity string per distinct
-    #: serving stack (a hosted model's dated snapshot and ``system_fingerprint``; the embedded server's
-    #: llama-cpp-python version and model SHA-256: :mod:`dspy_for.lm.serving`), sorted; empty in records written
+    #: serving stack (a hosted model's dated snapshot and ``system_fingerprint``; the embedded server's model
+    #: SHA-256, build and slots: :mod:`dspy_for.lm.serving`), sorted; empty in records written
     #: before it was kept, or when no call reported one
     served_by: list[str] = field(default_factory=list)
 

@@ -29,10 +29,11 @@ from typing import Any, TypeVar
 
 from filelock import FileLock
 
-from dspy_for.errors import PathError
+from dspy_for.errors import PathError, ServerError
 from dspy_for.experiments.core.folders import writable_folder
 from dspy_for.experiments.core.sinks import critical
 from dspy_for.jsonwalk import flat_items
+from dspy_for.lm.llama_build import server_build
 from dspy_for.secrets import is_secret_key, redact
 
 __all__ = [
@@ -176,6 +177,14 @@ def _version(pkg: str) -> str:
         return "not installed"
 
 
+def build_label() -> str:
+    """The local server's build as the serving identity names it (``llama.cpp b0-0c1e57098``), or ``not built``."""
+    try:
+        return server_build().label
+    except ServerError:
+        return "not built"
+
+
 def environment_params() -> dict[str, str]:
     """Package versions, Python, platform and the git commit (if any) of the working directory."""
     try:
@@ -183,8 +192,9 @@ def environment_params() -> dict[str, str]:
         dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, timeout=5).stdout
     except (OSError, subprocess.SubprocessError):
         commit, dirty = "", ""
-    packages = ("dspy-for", "dspy", "litellm", "mlflow", "optuna", "llama-cpp-python")
+    packages = ("dspy-for", "dspy", "litellm", "mlflow", "optuna")
     params = {f"version.{p}": _version(p) for p in packages}
+    params["version.llama-server"] = build_label()  # the local server's build (its serving identity names it too)
     params.update(
         {
             "python": platform.python_version(),
