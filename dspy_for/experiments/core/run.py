@@ -79,7 +79,7 @@ class Evaluation:
         progress: bool = True,
         origin: str | None = None,
     ) -> None:
-        self.run, self.origin = run, origin
+        self.run, self.origin, self.store = run, origin, store
         self.stored = store.load() if store is not None else {}
         self.progress = ProgressBar(run.method.label, progress)
         self.sinks: list[Sink] = [*([store] if store is not None else []), *sinks, self.progress]
