@@ -48,6 +48,7 @@ from dspy_for.experiments.core.prepare import result_key
 from dspy_for.experiments.core.recheck import Recheck, recheck_cells
 from dspy_for.experiments.core.serving import changed_records, settle
 from dspy_for.experiments.core.sinks import RunStatus, StopRule, interruptible
+from dspy_for.experiments.core.store import StoreLocks
 from dspy_for.experiments.core.stored_lms import describe
 from dspy_for.experiments.spec import DatasetConfig, MethodConfig
 from dspy_for.experiments.spec.model import RunSpec
@@ -119,7 +120,9 @@ class TrackedRun:
         self.run_id, self._own_run = run_id, run_id is None and name is not None
         self._cells, self._store, self._progress, self._shared = cells, store, progress, shared_records
         self._open: list[OpenCell] = []
+        self._locks = StoreLocks()  # the results stores' locks, held while their cells are open
         self._stack = ExitStack()
+        self._stack.callback(self._locks.release_all)
 
     # ----------------------------------------------------------------------------------------- the run
 
@@ -128,6 +131,7 @@ class TrackedRun:
         if self._own_run:
             assert self._name is not None
             store.setup_tracking(self.spec.tracking_uri, self.spec.experiment)  # the store and experiment, once made
+            _end_stale_runs(self.spec.experiment)
             self.run_id = store.start_run(self._name, self.spec.experiment, tags=self._tags)
             time_ = time.strftime("%Y-%m-%dT%H:%M:%S")
             params = {"spec": {**self.spec.to_dict(), "time": time_}, **self._params, **store.environment_params()}
@@ -163,17 +167,16 @@ class TrackedRun:
             child = store.start_run(f"{m.label} / {d.name}", self.spec.experiment, parent_id=self.run_id, tags=tags)
         own = child is not None and child != self.run_id
         compile_dir = self.items_dir / d.name / d.split if self.items_dir is not None and self._store else None
-        lock = ExitStack()
+        results = self._results_store(d, m.label, result_key(self.spec, d, m))  # its key: no LM built
         try:
-            results = self._results_store(d, m.label, result_key(self.spec, d, m))  # its key: no LM built
-            stored = lock.enter_context(results.exclusive()).load() if results is not None else None
+            stored = self._take(results)  # held before anything is built: what is stored decides what is
             run = prepare_run(
                 self.spec, d, m, examples=examples, compile_dir=compile_dir, limit=self.limit, stored=stored
             )
             if own and child is not None:
                 _log_run(run, child, self.run_dir)
         except CompileNotStarted as exc:  # max_cost was reached first: left out, as items that did not start
-            lock.close()
+            self._let_go(results)
             self.leave_out(exc.items)
             if own and child is not None:
                 store.set_tags(child, {"dspy_for.not_started": str(exc)})
@@ -181,7 +184,7 @@ class TrackedRun:
             logger.warning("%s on %s: %s", m.label, d.name, exc)
             return None
         except Exception as exc:  # the method could not run at all (a bad compile step, an LM that cannot be built)
-            lock.close()
+            self._let_go(results)
             err = self.errors[(d.name, m.label)] = redact(f"{type(exc).__name__}: {exc}")
             self._raised[(d.name, m.label)] = exc
             if own and child is not None:
@@ -190,7 +193,6 @@ class TrackedRun:
                 store.end_run(child, "FAILED")
             logger.error("method %s on %s failed: %s", m.label, d.name, err)
             return None
-        self._stack.enter_context(lock)  # the results store stays held until the run ends
         sinks = [MlflowSink(run, child, end_run=False)] if child is not None else []
         ev = Evaluation(run, store=results, stored=stored, sinks=sinks, progress=self._progress, origin=child)
         cell = OpenCell(run, child, ev, own)
@@ -225,7 +227,7 @@ class TrackedRun:
         return recheck_cells(result.spec, result, self.items_dir, self._feed)
 
     def _feed(self, feeds: list[Feed]) -> list[list[ItemResult]]:
-        return feed_together(feeds, num_threads=self.spec.num_threads, limit=self.limit) if feeds else []
+        return feed_together(feeds, num_threads=self.spec.threads, limit=self.limit) if feeds else []
 
     def close(self, cell: OpenCell, status: RunStatus | None = None) -> None:
         """Close ``cell``'s evaluation (its sinks get the whole result) and end its MLflow run with its status
@@ -236,6 +238,8 @@ class TrackedRun:
         try:
             cell.evaluation.close(status)
         finally:
+            if cell.evaluation.store is not None:
+                self._locks.release(cell.evaluation.store)
             if cell.own_run and cell.run_id is not None:
                 store.end_run(cell.run_id, status or cell.evaluation.status or "FINISHED")
 
@@ -279,6 +283,21 @@ class TrackedRun:
 
     # ----------------------------------------------------------------------------------------- helpers
 
+    def _take(self, results: ResultStore | None) -> dict[str, ItemResult] | None:
+        """Hold ``results`` (read again the stores let go of while waiting for it: what others finished) and read
+        its records; None when the run keeps none."""
+        if results is None:
+            return None
+        for again in self._locks.take(results):
+            for c in self._open:
+                if c.evaluation.store is again:
+                    c.evaluation.stored = again.load()
+        return results.load()
+
+    def _let_go(self, results: ResultStore | None) -> None:
+        if results is not None:
+            self._locks.release(results)
+
     def _results_store(self, d: DatasetConfig, label: str, key: str) -> ResultStore | None:
         """The results store of ``label`` on ``d`` under result key ``key``: its own file, or — with ``shared_records``,
         when it has none yet — a file of the same key kept under another label; None when the run keeps no
@@ -293,6 +312,17 @@ class TrackedRun:
             logger.info("%s: reusing the stored records of %s (same result key)", label, others[0].name)
             return ResultStore(others[0])
         return own
+
+
+def _end_stale_runs(experiment: str) -> None:
+    """End KILLED the experiment's MLflow runs that a process that is gone left RUNNING, and say so in one line."""
+    ended = store.end_stale_runs(experiment)
+    if ended:
+        logger.warning(
+            "ended %d MLflow run(s) left RUNNING by a run whose process is gone (pid %s): marked KILLED",
+            sum(len(ids) for ids in ended.values()),
+            ", ".join(ended),
+        )
 
 
 def _tag(what: str) -> str:

@@ -6,7 +6,6 @@ model in ``test_nothing_to_run_llm.py``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +17,7 @@ from dspy_for.experiments.spec import ExperimentSpec, MethodConfig
 from dspy_for.lm import server as local_server
 from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR
 from dspy_for.lm.registry import list_models
-from dspy_for.lm.serving import SERVING_ATTR, embedded_identity, stack_identity
+from dspy_for.lm.serving import stack_identity
 from dspy_for.testing import OpenAICompatibleServer, for_responder
 
 LOCAL = f"local/{list_models()[0].name}"
@@ -92,7 +91,8 @@ def test_a_stored_run_of_a_model_not_pulled_builds_no_lm_and_starts_no_server(in
     cot = second.results["gsm8k"]["cot"]
     name = LOCAL.split("/", 1)[1]
     assert cot.lms == {"task": f"hosted_vllm/{local_server.alias_for(name)}"}  # as the built LocalLM names itself
-    assert cot.serving_now == [embedded_identity(name)] and cot.prices["task"] == LOCAL_PRICE
+    assert cot.prices["task"] == LOCAL_PRICE  # $0, as a local model's calls are priced
+    assert cot.serving_now is None  # what serves it now is not asked (no server): no record is marked as changed
 
     from mlflow.tracking import MlflowClient
 
@@ -143,21 +143,20 @@ def test_a_stored_run_against_an_endpoint_sends_it_nothing(forbid, tmp_path, mon
 
 
 def test_a_stored_lm_says_of_itself_what_the_built_lm_says(monkeypatch, tmp_path):
-    """Name, price, serving identity and MLflow description: the same from the config as from the built LM."""
+    """Name, price and MLflow description: the same from the config as from the built LM."""
     monkeypatch.setenv("DSPY_FOR_CACHE_DIR", str(tmp_path / "cache"))
     name = LOCAL.split("/", 1)[1]
-    fake = SimpleNamespace(alias=local_server.alias_for(name), base_url="http://127.0.0.1:1/v1", pid=0)
+    fake = local_server.ServerInfo(name, local_server.alias_for(name), "127.0.0.1", 1, 0, "test", 2048, 1, build="b0")
     monkeypatch.setattr(local_server, "ensure_server", lambda *a, **k: fake)
     priced = {"price": {"input": 0.15, "output": 0.6}}
-    for lm, options in ((LOCAL, {}), ("openai/gpt-4.1-mini", {}), ("openai/my-model", priced)):
+    cases = ((LOCAL, {}), (LOCAL, {"prompt_cache": False}), ("openai/gpt-4.1-mini", {}), ("openai/my-model", priced))
+    for lm, options in cases:
         spec = ExperimentSpec(lm=lm, lm_options=options, datasets=[], methods=[MethodConfig("cot")], max_tokens=256)
         built = prepare_mod.build_lms(spec, spec.methods[0])[1]["task"]
         stored = stored_lms(spec, spec.methods[0])[1]["task"]
         assert isinstance(stored, StoredLM) and stored.model == built.model
         assert getattr(stored, PRICE_ATTR, None) == getattr(built, PRICE_ATTR, None)
-        assert stack_identity(stored) == stack_identity(built)
-        if lm == LOCAL:
-            assert getattr(stored, SERVING_ATTR) == embedded_identity(name)
+        assert stack_identity(stored) is None  # not known without asking the server (the built one asked it)
         shown = {k: v for k, v in describe(built).items() if k != "api_host"}  # no server or endpoint address
         assert describe(stored) == shown
         with pytest.raises(RuntimeError, match="was not built"):

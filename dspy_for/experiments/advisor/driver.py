@@ -51,6 +51,7 @@ from dspy_for.experiments.advisor.volume import (
 )
 from dspy_for.experiments.core import MethodResult, load_examples
 from dspy_for.experiments.core.compile_fit import CompileFit, compile_fit
+from dspy_for.experiments.core.folders import check_results_dir
 from dspy_for.experiments.core.plan import RunPlan, plan_advise
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import seeded_order
@@ -159,6 +160,8 @@ def advise(
         return time.monotonic() >= deadline
 
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
+    items_dir = spec.items_dir(root)
+    check_results_dir(items_dir, lambda: plan_advise(spec, order, items_dir, pilot=pilot))
     asked = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
     if budget_usd is not None:  # (only when given: the directory of an answer without them keeps its name)
         asked["budget_usd"] = budget_usd
@@ -168,7 +171,7 @@ def advise(
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
     tracked = TrackedRun(
         spec,
-        items_dir=spec.items_dir(root),
+        items_dir=items_dir,
         name=f"advise-{d.name}",
         tags=tags,
         params={"advise": asked},

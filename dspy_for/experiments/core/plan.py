@@ -185,7 +185,18 @@ def plan_compare(spec: ExperimentSpec, items_dir: Path | None, exclude: Sequence
             )
     if spec.judge is not None:
         notes.append("the judge's calls are not estimated")
-    return RunPlan("compare", cells, spec.num_threads, spec.max_cost, bound=bound, notes=notes)
+    return RunPlan("compare", cells, spec.threads, spec.max_cost, bound=bound, notes=notes + _side_by_side(spec))
+
+
+def _side_by_side(spec: Any) -> list[str]:
+    """What LM time means when items run side by side."""
+    threads = spec.threads
+    if threads <= 1:
+        return []
+    return [
+        f"LM time adds up every call's seconds, and the run keeps {threads} items in flight (num_threads): its wall "
+        "time is shorter"
+    ]
 
 
 def _sized(m: MethodConfig) -> bool:
@@ -211,7 +222,8 @@ def plan_advise(
     d = spec.datasets[0]
     cells = _cells(ev, d, spec.methods, examples, None)
     notes = [
-        "with a budget, k and N are sized from the pilot's measured cost: estimated here at each candidate's options"
+        "with a budget, k and N are sized from the pilot's measured cost: estimated here at each candidate's options",
+        *_side_by_side(spec),
     ]
     by_label = {m.label: m for m in spec.methods}
     for label, student in (students or {}).items() if budget is not None or budget_usd is not None else ():
@@ -231,7 +243,7 @@ def plan_advise(
         f"advise stops once its recommendation is resolved (after a pilot of {min(pilot, len(examples))} items per "
         "candidate): this is the most it takes, every candidate on every item"
     )
-    return RunPlan("advise", cells, spec.num_threads, spec.max_cost, bound=bound, notes=notes)
+    return RunPlan("advise", cells, spec.threads, spec.max_cost, bound=bound, notes=notes)
 
 
 def _not_compiled(c: CellPlan, reason: str) -> CellPlan:
@@ -244,7 +256,7 @@ def _not_compiled(c: CellPlan, reason: str) -> CellPlan:
 def plan_sweep(spec: Any) -> RunPlan:
     """A sweep's plan (``spec``: a :class:`~dspy_for.experiments.sweeps.spec.SweepSpec`): one trial's cost over the
     corners of its search space, for ``n_trials`` trials. A sweep keeps no records, so its estimates count calls from
-    options at default tokens (no LM time)."""
+    options at default tokens (LM time only on a local model of measured speed)."""
     d = spec.dataset
     examples, error = _examples(d)
     corners = list(_corners(spec))
@@ -252,7 +264,7 @@ def plan_sweep(spec: Any) -> RunPlan:
     first = corners[0]
     if examples is None:
         cells = [failed_cell(d, corners[0], "items", error or "no items")]
-        return RunPlan("sweep", cells, spec.num_threads, spec.max_cost, trials=spec.n_trials)
+        return RunPlan("sweep", cells, spec.threads, spec.max_cost, trials=spec.n_trials)
     n = len(examples) * spec.epochs
     label = "trial" if len(corners) > 1 else first.label
     first = replace(first, name=", ".join(spec.methods))  # (a row's method: every method the sweep searches)
@@ -267,8 +279,9 @@ def plan_sweep(spec: Any) -> RunPlan:
     notes = [
         f"one trial at any point of the search space ({len(corners)} corners of its ranges), {spec.n_trials} trials; "
         "a pruned trial stops early, and the DSPy cache answers a repeated call for free",
+        *_side_by_side(spec),
     ]
-    return RunPlan("sweep", cells, spec.num_threads, spec.max_cost, trials=spec.n_trials, notes=notes)
+    return RunPlan("sweep", cells, spec.threads, spec.max_cost, trials=spec.n_trials, notes=notes)
 
 
 def _over(d: DatasetConfig, m: MethodConfig, step: Any, to_run: int, es: list[CellEstimates], corners: int) -> CellPlan:

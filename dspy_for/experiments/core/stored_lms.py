@@ -5,10 +5,11 @@ is started or model pulled; the table, the MLflow run and the plots come from th
 
 A :class:`StoredLM` knows what a built LM would tell the run about itself without building it — the ``model`` name
 the run reports (a local model's served alias, from the registry), the price its calls are counted at (a given
-``price``, $0 for a local model; otherwise none, as for a built LM priced by litellm per call), the identity of the
-embedded server that would serve it (known before any call, from the registry and the installed llama-cpp-python),
-its sampling options — and refuses to be called. :func:`configured_lm` is the one place that reads a role's LM name
-and price from the config alone (``dspy_for.experiments.load_results`` reads it too).
+``price``, $0 for a local model; otherwise none, as for a built LM priced by litellm per call), its sampling options
+— and refuses to be called. What serves it now is not known (an embedded server says so once it runs, an endpoint in
+its answers): the table marks no stored record as served by another stack, as after any run in which nothing ran.
+:func:`configured_lm` is the one place that reads a role's LM name and price from the config alone
+(``dspy_for.experiments.load_results`` reads it too).
 """
 
 from __future__ import annotations
@@ -21,23 +22,20 @@ from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.spec.model import LMLike, MethodConfig, RunSpec
 from dspy_for.lm.options import LOCAL_PREFIX
 from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
-from dspy_for.lm.serving import SERVING_ATTR, embedded_identity
 
 __all__ = ["StoredLM", "configured_lm", "describe", "stored_lm", "stored_lms"]
 
 
 class StoredLM(dspy.BaseLM):
-    """A role's LM in a run whose every item is stored (see the module docstring): its name, price, serving identity
-    and sampling options from the config; calling it is an error (nothing in such a run calls an LM)."""
+    """A role's LM in a run whose every item is stored (see the module docstring): its name, price and sampling options
+    from the config; calling it is an error (nothing in such a run calls an LM)."""
 
     def __init__(self, spec: str, model: str, options: dict[str, Any], price: Price | None) -> None:
         sampling = {k: options[k] for k in ("temperature", "max_tokens") if options.get(k) is not None}
         super().__init__(model=model, cache=False, num_retries=0, **sampling)
-        self.spec = spec
+        self.spec, self.prompt_cache = spec, options.get("prompt_cache", True)
         if price is not None:
             setattr(self, PRICE_ATTR, price)
-        if spec.startswith(LOCAL_PREFIX):
-            setattr(self, SERVING_ATTR, embedded_identity(spec[len(LOCAL_PREFIX) :]))
 
     def forward(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
         raise RuntimeError(f"{self.spec} was not built: every item of this run is stored, so it calls no LM (a bug)")
@@ -50,6 +48,8 @@ class StoredLM(dspy.BaseLM):
         if self.spec.startswith(LOCAL_PREFIX):
             out["spec"] = self.spec
             out["model_sha256"] = get_model(self.spec[len(LOCAL_PREFIX) :]).sha256
+            if not self.prompt_cache:
+                out["prompt_cache"] = False
         return out
 
 
@@ -63,8 +63,7 @@ def configured_lm(lm: LMLike, options: dict[str, Any]) -> tuple[str, Price | Non
     if lm.startswith(LOCAL_PREFIX):
         from dspy_for.lm.server import alias_for  # a local model's served name: its alias, no server started
 
-        alias = alias_for(lm[len(LOCAL_PREFIX) :], bool(options.get("prompt_cache")))
-        return f"hosted_vllm/{alias}", given or LOCAL_PRICE
+        return f"hosted_vllm/{alias_for(lm[len(LOCAL_PREFIX) :])}", given or LOCAL_PRICE
     return lm, given
 
 

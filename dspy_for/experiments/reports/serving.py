@@ -27,9 +27,9 @@ def serving_legend(summaries: list[Summary]) -> str:
     if any(s.mixed_serving for s in summaries):
         text += (
             f"; {MIXED_MARK}: the cell's records were served by more than one stack (another model snapshot, "
-            "system_fingerprint, llama-cpp-python build or model file; see 'served by' below): an answer can change "
-            "with the stack alone, so part of the cell's accuracy and Δ may be the stack's; --rerun-changed runs the "
-            "records another stack served again"
+            "system_fingerprint, local server build or slots, or model file; see 'served by' below): an answer can "
+            "change with the stack alone, so part of the cell's accuracy and Δ may be the stack's; --rerun-changed "
+            "runs the records another stack served again"
         )
     if any(s.mixed_pairs for s in summaries):
         text += "; mixed pairs: items whose two paired answers different stacks served (in the Δ's test)"

@@ -19,11 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.spec.data import positive_int
+from dspy_for.lm.options import DEFAULT_SLOTS, local_slots
 from dspy_for.stats import check_reducer
+
+if TYPE_CHECKING:
+    from dspy_for.experiments.spec.model import RunSpec
 
 __all__ = [
     "RUN_COMMANDS",
@@ -32,6 +36,7 @@ __all__ = [
     "check_settings",
     "declare",
     "reference_rows",
+    "run_threads",
     "settings_for",
     "value_kind",
 ]
@@ -134,14 +139,27 @@ declare(
     Setting(
         "num_threads",
         int,
-        1,
-        "Items run at once, over every method and dataset: 8-32 for a remote endpoint, 1 for the local server "
-        "(serial).",
+        None,
+        f"Items run at once, over every method and dataset. Default: the local server's `slots` ({DEFAULT_SLOTS} "
+        "unless an LM option sets them) when the run uses a local model, else 1; 8-32 suit a remote endpoint.",
         metavar="N",
         check=positive_int,
         old_flags=("--threads",),
     )
 )
+
+
+def run_threads(spec: RunSpec) -> int:
+    """Items ``spec`` runs at once: its ``num_threads``; by default the slots of the local server its LMs use (the most,
+    when several: :func:`~dspy_for.lm.options.local_slots`), else 1."""
+    if spec.num_threads is not None:
+        return spec.num_threads
+    roles = spec.method_roles() | ({"judge"} if spec.judge is not None else set())
+    pairs = [(lm, spec.lm_options_for(r)) for r in roles for lm in {spec.lm_for(r), *spec._method_lms(r)}]
+    pairs += [(spec.judge.lm, spec.lm_options_for("judge"))] if spec.judge is not None else []
+    return max((s for lm, options in pairs if (s := local_slots(lm, options)) is not None), default=1)
+
+
 declare(
     Setting(
         "max_cost",
@@ -233,8 +251,8 @@ declare(
         bool,
         False,
         "Run again the stored records served by another stack than the one this run talks to (another model "
-        "snapshot, system_fingerprint, llama-cpp-python or model file), bypassing DSPy's cache; records without a "
-        "serving identity are kept. Needs stored records.",
+        "snapshot, system_fingerprint, local server build or slots, or model file), bypassing DSPy's cache; records "
+        "without a serving identity are kept. Needs stored records.",
         commands=frozenset({"compare"}),
     )
 )
