@@ -37,8 +37,11 @@ class StoredLM(dspy.BaseLM):
         if price is not None:
             setattr(self, PRICE_ATTR, price)
 
-    def forward(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"{self.spec} was not built: every item of this run is stored, so it calls no LM (a bug)")
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        self.__call__()
 
     def describe(self) -> dict[str, Any]:
         """The LM as the run's MLflow params show a built one, from the config (no endpoint or server address)."""
