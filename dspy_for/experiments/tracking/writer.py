@@ -154,16 +154,21 @@ def serve(conn: Any, inbox: queue.SimpleQueue[bytes | None]) -> None:
 
     batcher = _Batcher(reply)
     while True:
-        raw = [inbox.get()]
-        while len(raw) < BATCH:
-            try:
-                raw.append(inbox.get_nowait())
-            except queue.Empty:
-                break
-        closed = None in raw
+        raw = _waiting(inbox)
         batcher.handle([pickle.loads(r) for r in raw if r is not None])
-        if closed:
+        if None in raw:
             return
+
+
+def _waiting(inbox: queue.SimpleQueue[Any]) -> list[Any]:
+    """What waits in ``inbox``: at least one message (waited for), at most :data:`BATCH`."""
+    got = [inbox.get()]
+    while len(got) < BATCH:
+        try:
+            got.append(inbox.get_nowait())
+        except queue.Empty:
+            break
+    return got
 
 
 # -------------------------------------------------------------------------------------------- the run's side
@@ -258,13 +263,7 @@ class TraceWriter:
 
         def write() -> None:
             while True:
-                messages = [inbox.get()]
-                while len(messages) < BATCH:
-                    try:
-                        messages.append(inbox.get_nowait())
-                    except queue.Empty:
-                        break
-                batcher.handle(messages)
+                batcher.handle(_waiting(inbox))
 
         threading.Thread(target=write, name="dspy-for-traces", daemon=True).start()
         return inbox.put
