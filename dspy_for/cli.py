@@ -1,5 +1,4 @@
-"""The ``dspy-for`` command line: a thin layer that turns options into library calls. A command's own machinery (the
-sweeps and Optuna, the UI server) is imported by the command that runs it, so another command never pays for it."""
+"""The ``dspy-for`` command line: a thin layer that turns options into library calls."""
 
 from __future__ import annotations
 
@@ -48,8 +47,12 @@ from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.prepare import prepare_program
 from dspy_for.experiments.reports.plan import plan_lines, plan_table
 from dspy_for.experiments.reports.recheck import recheck_lines
+from dspy_for.experiments.reports.sweep import final_test_line, trials_table
 from dspy_for.experiments.reports.table import error_lines, rich_tables
 from dspy_for.experiments.spec.config import Overrides
+from dspy_for.experiments.sweeps import SweepError
+from dspy_for.experiments.sweeps import sweep as run_sweep
+from dspy_for.experiments.tracking.ui import serve_ui
 from dspy_for.lm import role, track_usage
 from dspy_for.render import render_result
 
@@ -201,10 +204,6 @@ def sweep(
     settings: dict[str, Any],
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
-    from dspy_for.experiments.reports.sweep import final_test_line, trials_table
-    from dspy_for.experiments.sweeps import SweepError
-    from dspy_for.experiments.sweeps import sweep as run_sweep
-
     overrides = replace(
         run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, settings),
         n_trials=n_trials,
@@ -361,7 +360,6 @@ def ui(
     start-up offline, fetching it), without telemetry or the GenAI job runner, waits until it answers and
     prints the URL. A store that does not exist yet is an error: create it with `dspy-for compare`.
     """
-    from dspy_for.experiments.tracking.ui import serve_ui
 
     try:
         code = serve_ui(

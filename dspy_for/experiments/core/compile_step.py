@@ -160,8 +160,8 @@ def compile_for_run(
     decisions on the last ``val_limit`` items of ``valset`` (default val) with ``optimizer_lm`` (built by the run from
     the table's ``optimizer_lm``, default the run's LM), leaving out every item of ``scored`` (the items the run
     scores: see the module docstring). ``cached``: where the compiled program and its :class:`CompileCost` are kept,
-    so a resumed run loads them (``reused``) instead of compiling again (``optimizer_lm`` None: they are kept there;
-    the run builds an optimizer LM only for a compile that runs). Every predictor keeps its LM."""
+    so a resumed run loads them (``reused``) instead of compiling again (the run builds an optimizer LM only for a
+    compile that runs: None when they are kept). Every predictor keeps its LM."""
     step = method.compile_step
     assert step is not None, f"{method.label} has no compile step"
     kind = step.kind
@@ -172,7 +172,6 @@ def compile_for_run(
         cost = CompileCost.load(cached, kind)
         _check_reusable(cost, scored_keys, cached)
         return load_compiled(program, cached), cost
-    assert optimizer_lm is not None, f"{method.label}: no compiled program kept at {cached}, and no optimizer LM"
     result = compile_program(
         kind,
         program,

@@ -3,7 +3,7 @@
     writer = trace_writer()                       # started on first use
     sink = writer.open(ctx)                       # one per MLflow run (a sink)
     writer.add(sink, item_payload(landed, ...))   # as each record lands: plain data, every text masked
-    failures = writer.wait(sink)                  # once every trace added so far is stored: (item id, why) of those not
+    writer.wait(sink)                             # every trace added so far stored, or warned about by its item
 
 The writer is a **process** of its own (``python -c`` :data:`_BOOT`, in a session of its own, so Ctrl-C in the
 terminal stops the run, not the writer): the threads waiting on the LM never share an interpreter lock with the
@@ -243,7 +243,9 @@ class TraceWriter:
         own client of the run's tracking store)."""
         if self._process is None:
             return context
-        return {k: v for k, v in vars(context).items() if k != "client"}
+        fields = {k: v for k, v in vars(context).items() if k != "client"}
+        fields["tracking_uri"] = context.tracking_uri or getattr(context.client, "tracking_uri", None)
+        return fields
 
     def _done(self, message: tuple[Any, ...]) -> None:
         """A batch stored (``done``, sink, its last seq, its failures): warned about, forgotten, waiters woken."""
