@@ -17,8 +17,9 @@ so litellm uses the cost map bundled with the installed version (token *prices* 
 version may be missing; dspy-for's budgets count tokens, not dollars). ``import dspy_for`` itself does not
 import litellm (DSPy loads it on first use), but every later import in the process — and every child
 process, e.g. sweep workers — then skips the download. Set ``LITELLM_LOCAL_MODEL_COST_MAP=False`` before
-importing dspy_for to get the remote map back. ``dspy-for ui`` adds the server-side settings of
-:data:`dspy_for.experiments.tracking.ui.UI_ENV`.
+importing dspy_for to get the remote map back. Likewise ``MLFLOW_DISABLE_TELEMETRY=true``: MLflow's usage telemetry
+fetches its configuration over the network from a thread of the run's process and posts events; set it to ``false``
+to keep it. ``dspy-for ui`` adds the server-side settings of :data:`dspy_for.experiments.tracking.ui.UI_ENV`.
 """
 
 from __future__ import annotations
@@ -26,16 +27,20 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
-__all__ = ["OFFLINE_ENV", "apply_offline_defaults"]
+__all__ = ["OFFLINE_ENV", "QUIET_ENV", "apply_offline_defaults"]
 
 #: Environment defaults that keep litellm from waiting on (or deadlocking over) the network at import.
 OFFLINE_ENV: dict[str, str] = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+#: Environment defaults that keep MLflow's usage telemetry (a thread fetching its configuration over the network,
+#: then posting events) out of a run's process.
+QUIET_ENV: dict[str, str] = {"MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
 def apply_offline_defaults(env: MutableMapping[str, str] | None = None) -> None:
-    """Set every :data:`OFFLINE_ENV` variable that ``env`` (default ``os.environ``) does not set yet."""
+    """Set every :data:`OFFLINE_ENV` and :data:`QUIET_ENV` variable that ``env`` (default ``os.environ``) does not set
+    yet."""
     target = os.environ if env is None else env
-    for key, value in OFFLINE_ENV.items():
+    for key, value in {**OFFLINE_ENV, **QUIET_ENV}.items():
         target.setdefault(key, value)
 
 

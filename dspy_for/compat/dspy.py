@@ -13,6 +13,9 @@
 - :func:`is_openai_reasoning_model`: DSPy's rule for the models that take only temperature 1.
 - :func:`find_history_entry`: the history entry DSPy's ``finalize`` appended to ``lm.history`` for one
   call, found by the identity of the outputs the call returned (entry keys ``outputs``/``response``/``usage``).
+- :func:`warm_completion_path`: what ``dspy.LM`` imports on its first call (``dspy.clients.execution``, and litellm
+  for an LM that ``dspy.clients.backend_selection.select_backend`` routes through litellm, via DSPy's own
+  ``dspy.clients._litellm.get_litellm``), imported once on the calling thread.
 - :func:`attribute_path`: where a module sits in the program being called (``solver.debate.debater``), read from the
   modules whose calls are running in this thread (DSPy's ``settings.caller_modules``, which ``Module.__call__``
   extends), to name a role by its place in a user's program.
@@ -30,7 +33,7 @@ import contextlib
 import itertools
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +63,7 @@ __all__ = [
     "original_usage",
     "refine_hint",
     "relayed_message_call",
+    "warm_completion_path",
 ]
 
 #: the DSPy versions dspy-for is tested with (pyproject's pin)
@@ -211,6 +215,67 @@ def check_supported() -> None:
 
 
 # ------------------------------------------------------------------------------------- one attempt of a call
+
+
+#: what DSPy's engine imports on an LM's first call: its execution path, the call's result and cost records, the
+#: provider hosts (checked complete by tests/experiments/test_imports.py)
+_FIRST_CALL = (
+    "dspy.clients.execution",
+    "dspy.clients.call_result",
+    "dspy.clients.costs",
+    "dspy.clients.engines.streaming",
+    "dspy._vendor.lm15.cloud.hosts",
+    "difflib",
+)
+#: what litellm's completion path imports on its first real call beyond a mocked one: httpcore's HTTP/1.1 and /2
+#: connections (h11, h2) and litellm's service logger
+_LITELLM_FIRST_CALL = (
+    "httpcore._sync.http11",
+    "httpcore._sync.http2",
+    "httpcore._async.http11",
+    "httpcore._async.http2",
+    "litellm._service_logger",
+)
+
+
+def warm_completion_path(lms: Iterable[Any]) -> None:
+    """Import, on this thread, what DSPy imports lazily on each of ``lms``' first call: its execution path, and for an
+    LM DSPy routes through litellm (a provider or client option its own engine does not take) all of litellm's
+    completion path — litellm itself (thousands of modules), what one mocked completion (litellm's
+    ``mock_response``: no request is sent) loads, and the HTTP connection modules. A run calls this before its worker
+    threads start, so none imports on its first call while the others wait on the import lock. An LM that is not a
+    ``dspy.LM`` (a custom engine, a scripted LM) is skipped."""
+    for module in _FIRST_CALL:
+        _import(module)
+    routed = [lm for lm in lms if isinstance(lm, dspy.LM) and not _native(lm)]
+    if routed:
+        from dspy.clients._litellm import get_litellm
+
+        litellm = get_litellm(feature="LM calls")
+        with contextlib.suppress(Exception):  # only imports matter here; a refusal is its first real call's to say
+            litellm.completion(model=routed[0].model, messages=[{"role": "user", "content": "-"}], mock_response="-")
+        for module in _LITELLM_FIRST_CALL:
+            _import(module)
+
+
+def _import(module: str) -> None:
+    import importlib
+
+    with contextlib.suppress(ImportError):  # another version's layout: its first call imports what it needs
+        importlib.import_module(module)
+
+
+def _native(lm: Any) -> bool:
+    """Whether DSPy's own engine serves ``lm`` (``select_backend``, offline); True when it cannot tell (a custom
+    engine, an LM it refuses: its first call says so, as it would)."""
+    if not isinstance(getattr(lm, "_engine_spec", None), str):
+        return True
+    try:
+        from dspy.clients.backend_selection import select_backend
+
+        return bool(select_backend(lm).native)
+    except Exception:
+        return True
 
 
 def call_once(lm: Any, prompt: Any, messages: Any, kwargs: dict[str, Any]) -> Any:

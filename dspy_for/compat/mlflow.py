@@ -1,10 +1,11 @@
 """MLflow internals dspy-for relies on, behind one small surface (MLflow >=3.5,<4).
 
-Traces (written by :mod:`dspy_for.experiments.tracking.traces` as each item lands, two store calls per trace, not
+Traces (written by :mod:`dspy_for.experiments.tracking.traces` as items land, many per store transaction, not
 through MLflow's span exporter):
 
 - :func:`tracing_client`, :func:`start_trace`, :func:`log_spans` — ``mlflow.tracing.client.TracingClient`` and
   its ``start_trace`` / ``log_spans`` (a trace's info with its assessments in one call, its spans in one);
+- many traces in one store transaction: :mod:`dspy_for.compat.mlflow_batch`;
 - :func:`upload_spans` — ``TracingClient._upload_trace_data``: spans as an artifact, for stores without ``log_spans``;
 - :func:`start_live_span` — ``mlflow.entities.LiveSpan(otel_span, trace_id, span_type)`` over an OpenTelemetry
   tracer of our own (not the global one), ``mlflow.tracing.utils.generate_trace_id_v3`` for a root's trace id and
@@ -85,6 +86,10 @@ _INTERNALS: tuple[tuple[str, str], ...] = (
     ("mlflow.tracing.client", "TracingClient.start_trace"),
     ("mlflow.tracing.client", "TracingClient.log_spans"),
     ("mlflow.tracing.client", "TracingClient._upload_trace_data"),
+    ("mlflow.tracing.client", "TracingClient.store"),  # and the SqlAlchemyStore methods mlflow_batch uses:
+    ("mlflow.store.tracking.sqlalchemy_store", "SqlAlchemyStore.start_trace"),
+    ("mlflow.store.tracking.sqlalchemy_store", "SqlAlchemyStore.log_spans"),
+    ("mlflow.store.tracking.sqlalchemy_store", "SqlAlchemyStore.get_experiment"),
     ("mlflow.tracing.utils", "generate_trace_id_v3"),
     ("mlflow.tracing.constant", "TraceMetadataKey.INPUTS"),
     ("mlflow.tracing.constant", "TraceMetadataKey.OUTPUTS"),
@@ -150,11 +155,12 @@ def check_supported() -> None:
 # -------------------------------------------------------------------------------------------- traces
 
 
-def tracing_client() -> Any:
-    """MLflow's client of the tracking store's trace API (``mlflow.tracing.client.TracingClient``)."""
+def tracing_client(tracking_uri: str | None = None) -> Any:
+    """MLflow's client of the trace API of the tracking store at ``tracking_uri`` (default: the current one)
+    (``mlflow.tracing.client.TracingClient``)."""
     from mlflow.tracing.client import TracingClient
 
-    return TracingClient()
+    return TracingClient(tracking_uri)
 
 
 def start_trace(client: Any, info: TraceInfo) -> TraceInfo:

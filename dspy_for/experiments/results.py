@@ -35,6 +35,7 @@ from dspy_for.experiments.core.frames import check_level
 from dspy_for.experiments.core.outcome import ComparisonResult
 from dspy_for.experiments.core.prepare import result_key, with_options
 from dspy_for.experiments.core.records import ItemResult, record_key
+from dspy_for.experiments.core.stored_lms import configured_lm
 from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.reports.compiled import breakeven_of
 from dspy_for.experiments.reports.table import summary_cells
@@ -42,8 +43,7 @@ from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfi
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.spec.model import JudgeConfig
 from dspy_for.experiments.tracking.store import tracking_root
-from dspy_for.lm.options import LOCAL_PREFIX
-from dspy_for.lm.pricing import LOCAL_PRICE, PRICE_ATTR, Price, parse_price
+from dspy_for.lm.pricing import Price
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,20 +178,8 @@ def _role_lms(spec: ExperimentSpec, m: MethodConfig) -> tuple[dict[str, str], di
     lms: dict[str, str] = {}
     prices: dict[str, Price] = {}
     for r in get_method(m.name).roles:
-        lm = spec.lm_for(r, m.role_lms)
-        options = spec.lm_options_for(r)
-        if isinstance(lm, dspy.BaseLM):
-            lms[r] = str(getattr(lm, "model", None) or type(lm).__name__)
-            price = getattr(lm, PRICE_ATTR, None)
-        elif lm.startswith(LOCAL_PREFIX):
-            from dspy_for.lm.server import alias_for  # a local model's served name: its alias, no server started
-
-            lms[r] = f"hosted_vllm/{alias_for(lm[len(LOCAL_PREFIX) :])}"
-            price = parse_price(options["price"]) if "price" in options else LOCAL_PRICE
-        else:
-            lms[r] = lm
-            price = parse_price(options["price"]) if "price" in options else None
-        if isinstance(price, Price):
+        lms[r], price = configured_lm(spec.lm_for(r, m.role_lms), spec.lm_options_for(r))
+        if price is not None:
             prices[r] = price
     return lms, prices
 

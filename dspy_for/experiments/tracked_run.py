@@ -44,16 +44,17 @@ from dspy_for.experiments.core import (
 )
 from dspy_for.experiments.core.compile_step import CompileNotStarted
 from dspy_for.experiments.core.outcome import ComparisonResult
+from dspy_for.experiments.core.prepare import result_key
 from dspy_for.experiments.core.recheck import Recheck, recheck_cells
 from dspy_for.experiments.core.serving import changed_records, settle
 from dspy_for.experiments.core.sinks import RunStatus, StopRule, interruptible
 from dspy_for.experiments.core.store import StoreLocks
+from dspy_for.experiments.core.stored_lms import describe
 from dspy_for.experiments.spec import DatasetConfig, MethodConfig
 from dspy_for.experiments.spec.model import RunSpec
 from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.datasets import log_dataset
 from dspy_for.experiments.tracking.sink import MlflowSink
-from dspy_for.lm import describe_lm
 from dspy_for.secrets import redact
 
 __all__ = ["OpenCell", "TrackedRun"]
@@ -166,11 +167,16 @@ class TrackedRun:
             child = store.start_run(f"{m.label} / {d.name}", self.spec.experiment, parent_id=self.run_id, tags=tags)
         own = child is not None and child != self.run_id
         compile_dir = self.items_dir / d.name / d.split if self.items_dir is not None and self._store else None
+        results = self._results_store(d, m.label, result_key(self.spec, d, m))  # its key: no LM built
         try:
-            run = prepare_run(self.spec, d, m, examples=examples, compile_dir=compile_dir, limit=self.limit)
+            stored = self._take(results)  # held before anything is built: what is stored decides what is
+            run = prepare_run(
+                self.spec, d, m, examples=examples, compile_dir=compile_dir, limit=self.limit, stored=stored
+            )
             if own and child is not None:
                 _log_run(run, child, self.run_dir)
         except CompileNotStarted as exc:  # max_cost was reached first: left out, as items that did not start
+            self._let_go(results)
             self.leave_out(exc.items)
             if own and child is not None:
                 store.set_tags(child, {"dspy_for.not_started": str(exc)})
@@ -178,6 +184,7 @@ class TrackedRun:
             logger.warning("%s on %s: %s", m.label, d.name, exc)
             return None
         except Exception as exc:  # the method could not run at all (a bad compile step, an LM that cannot be built)
+            self._let_go(results)
             err = self.errors[(d.name, m.label)] = redact(f"{type(exc).__name__}: {exc}")
             self._raised[(d.name, m.label)] = exc
             if own and child is not None:
@@ -186,14 +193,8 @@ class TrackedRun:
                 store.end_run(child, "FAILED")
             logger.error("method %s on %s failed: %s", m.label, d.name, err)
             return None
-        results = self._results_store(run)
-        if results is not None:
-            for again in self._locks.take(results):  # let go of while it waited: read again what others finished
-                for c in self._open:
-                    if c.evaluation.store is again:
-                        c.evaluation.stored = again.load()
         sinks = [MlflowSink(run, child, end_run=False)] if child is not None else []
-        ev = Evaluation(run, store=results, sinks=sinks, progress=self._progress, origin=child)
+        ev = Evaluation(run, store=results, stored=stored, sinks=sinks, progress=self._progress, origin=child)
         cell = OpenCell(run, child, ev, own)
         self._open.append(cell)
         return cell
@@ -282,17 +283,33 @@ class TrackedRun:
 
     # ----------------------------------------------------------------------------------------- helpers
 
-    def _results_store(self, run: PreparedRun) -> ResultStore | None:
-        """``run``'s results store: its own file, or — with ``shared_records``, when it has none yet — a file of the
-        same result key kept under another label; None when the run keeps no records."""
+    def _take(self, results: ResultStore | None) -> dict[str, ItemResult] | None:
+        """Hold ``results`` (read again the stores let go of while waiting for it: what others finished) and read
+        its records; None when the run keeps none."""
+        if results is None:
+            return None
+        for again in self._locks.take(results):
+            for c in self._open:
+                if c.evaluation.store is again:
+                    c.evaluation.stored = again.load()
+        return results.load()
+
+    def _let_go(self, results: ResultStore | None) -> None:
+        if results is not None:
+            self._locks.release(results)
+
+    def _results_store(self, d: DatasetConfig, label: str, key: str) -> ResultStore | None:
+        """The results store of ``label`` on ``d`` under result key ``key``: its own file, or — with ``shared_records``,
+        when it has none yet — a file of the same key kept under another label; None when the run keeps no
+        records."""
         if not self._store or self.items_dir is None:
             return None
-        own = ResultStore.in_dir(self.items_dir, run.dataset.name, run.dataset.split, run.method.label, run.key)
+        own = ResultStore.in_dir(self.items_dir, d.name, d.split, label, key)
         if own.path.is_file() or not self._shared:
             return own
-        others = sorted(own.path.parent.glob(f"*.{run.key}.jsonl")) if own.path.parent.is_dir() else []
+        others = sorted(own.path.parent.glob(f"*.{key}.jsonl")) if own.path.parent.is_dir() else []
         if others:
-            logger.info("%s: reusing the stored records of %s (same result key)", run.method.label, others[0].name)
+            logger.info("%s: reusing the stored records of %s (same result key)", label, others[0].name)
             return ResultStore(others[0])
         return own
 
@@ -319,7 +336,7 @@ def _log_run(run: PreparedRun, run_id: str, run_dir: Path | None) -> None:
         "method": m.name,
         "label": m.label,
         "options": m.options,
-        "lm": {r: describe_lm(run.role_lms[r]) for r in run.roles},
+        "lm": {r: describe(run.role_lms[r]) for r in run.roles},
         "dataset": d.name,
         "split": d.split,
         "source": run.examples[0].get("source") if run.examples else "",

@@ -1,4 +1,5 @@
-"""Throughput against a remote-like endpoint: ``compare`` vs ``dspy.Evaluate``, methods side by side, and a rate limit.
+"""Throughput against a remote-like endpoint: ``compare`` vs ``dspy.Evaluate`` and ``mlflow.genai.evaluate``, methods
+side by side, and a rate limit.
 
 A local OpenAI-compatible server (``dspy_for.testing.OpenAICompatibleServer``, 127.0.0.1 only) answers every call
 after ``--latency`` seconds, like a hosted model; the items are GSM8K questions read from ``DATA_DIR/gsm8k/
@@ -6,9 +7,12 @@ train.jsonl`` (the upstream file) into a temporary JSONL, run with ``compare --d
 process (interpreter start-up, imports, MLflow tracking, a fresh DSPy cache) timed from outside, so a number is what
 a user waits. The latency-bound ideal is calls × latency ÷ concurrency (the calls the server answered).
 
-1. ``evaluate``: CoT on N items at T threads, ``compare`` ÷ ``dspy.Evaluate`` (goal ≤ 1.15 at 1,319 × 64), with and
-   without MLflow traces, into a new MLflow store (a user's first run: MLflow creates its tables) and into an
-   existing one.
+1. ``evaluate``: CoT at two sizes in one run — 1,319 items × 64 threads and 100 × 16 — ``compare`` ÷ ``dspy.Evaluate``
+   (goals at 1,319 × 64: ≤ 1.3 with per-item traces, ≤ 1.15 without), with and without MLflow traces, into a new
+   MLflow store (a user's first run: MLflow creates its tables) and into an existing one; with traces also written
+   by a thread of the run's process (``DSPY_FOR_TRACE_WRITER=thread``) instead of the trace writer process; and at
+   100 × 16, ``compare`` (traces on) ÷ ``mlflow.genai.evaluate`` of the same CoT program with a scorer equal to the
+   project's numeric match (goal ≤ 0.5; ``MLFLOW_GENAI_EVAL_MAX_WORKERS`` = the threads).
 2. ``methods``: a 4-method compare (single, CoT, FOR N=1 + Host, self-consistency k=4) ÷ its slowest method alone
    (goal ≤ 1.3).
 3. ``rate-limit``: CoT at 16 threads against an endpoint that takes 4 requests in flight and answers 429 with
@@ -17,7 +21,7 @@ a user waits. The latency-bound ideal is calls × latency ÷ concurrency (the ca
    its calls (the server's first request to its last answer: without the run's set-up and report).
 
     python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR            # all three, full size
-    python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR --quick    # small sizes (a minute)
+    python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR --quick    # tiny sizes: it runs, no numbers
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import dspy_for._offline  # noqa: F401  (litellm's offline defaults, before any LM client is imported)
-
 GOALS = {"evaluate": 1.15, "methods": 1.3, "rate-limit": 1.5}
+TRACED_GOAL, GENAI_GOAL = 1.3, 0.5  # compare with traces ÷ dspy.Evaluate; compare ÷ mlflow.genai.evaluate
+#: what every child gets (as ``import dspy_for`` sets them): litellm's cost map and MLflow's telemetry stay offline
+CHILD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MLFLOW_DISABLE_TELEMETRY": "true", "OPENAI_API_KEY": "sk-bench"}
 FOUR = "single,cot,for_n1_host,sc_k4"
 CONFIG = """experiment = "throughput"
 lm = "openai/test-model"
@@ -78,21 +83,56 @@ def _child_compare(args: argparse.Namespace) -> None:
     print(json.dumps({"failed": failed, "items": items, "run_s": run_s}))
 
 
-def _child_evaluate(args: argparse.Namespace) -> None:
+def _correct(answer: object, gold: object) -> bool:
+    """The project's numeric match (:func:`dspy_for.metrics.numeric_match`) on these items: numbers within 0.01."""
+    try:
+        return abs(float(str(answer).replace(",", "")) - float(str(gold).replace(",", ""))) < 0.01
+    except ValueError:
+        return False
+
+
+def _program_and_rows(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
     import dspy
 
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
-    devset = [dspy.Example(question=r["question"], answer=str(r["answer"])).with_inputs("question") for r in rows]
     lm = dspy.LM("openai/test-model", api_base=args.base, api_key="sk-bench", temperature=0.0, max_tokens=1024)
     dspy.configure(lm=lm)
-    program = dspy.ChainOfThought("question -> answer: float")
+    return dspy.ChainOfThought("question -> answer: float"), rows
+
+
+def _child_evaluate(args: argparse.Namespace) -> None:
+    import dspy
+
+    program, rows = _program_and_rows(args)
+    devset = [dspy.Example(question=r["question"], answer=str(r["answer"])).with_inputs("question") for r in rows]
 
     def metric(example: Any, pred: Any, trace: Any = None) -> float:
-        return float(abs(float(pred.answer) - float(str(example.answer).replace(",", ""))) < 0.01)
+        return float(_correct(pred.answer, example.answer))
 
     evaluate = dspy.Evaluate(devset=devset, metric=metric, num_threads=args.threads, display_progress=False)
     out = evaluate(program)
     print(json.dumps({"failed": 0, "score": float(out.score)}))
+
+
+def _child_genai(args: argparse.Namespace) -> None:
+    """``mlflow.genai.evaluate`` of the same CoT program (a trace per item, MLflow's own), its scorer the same match."""
+    import mlflow
+    from mlflow.genai.scorers import scorer
+
+    program, rows = _program_and_rows(args)
+    mlflow.set_tracking_uri(args.tracking_uri)
+    mlflow.set_experiment("throughput-genai")
+
+    def predict(question: str) -> dict[str, Any]:
+        return {"answer": program(question=question).answer}
+
+    @scorer
+    def correct(outputs: dict[str, Any], expectations: dict[str, Any]) -> bool:
+        return _correct(outputs["answer"], expectations["expected_response"])
+
+    data = [{"inputs": {"question": r["question"]}, "expectations": {"expected_response": r["answer"]}} for r in rows]
+    result = mlflow.genai.evaluate(data=data, predict_fn=predict, scorers=[correct])
+    print(json.dumps({"failed": 0, "metrics": {k: float(v) for k, v in result.metrics.items()}}))
 
 
 # ------------------------------------------------------------------------------------------- parent
@@ -112,6 +152,7 @@ def _items(data_dir: Path, n: int, where: Path) -> Path:
 
 def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
     start = time.perf_counter()
+    env = {**env, **CHILD_ENV}
     proc = subprocess.run([sys.executable, __file__, *argv], env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if proc.returncode not in (0,):
@@ -129,11 +170,12 @@ def _run(
     methods: str = "cot",
     traces: bool = True,
     existing_store: bool = False,
+    writer: str = "process",
 ) -> tuple[float, dict[str, Any], int]:
-    """One child process; returns its wall time, its report (with ``calls_s``: the server's first request to its
-    last answer) and the calls the server answered. ``existing_store``:
-    the MLflow store already exists (made by an untimed one-item run on other items with its own caches), as it
-    does for every run but a user's first."""
+    """One child process (``mode``: compare, evaluate or genai); returns its wall time, its report (with ``calls_s``:
+    the server's first request to its last answer) and the calls the server answered. ``existing_store``: the MLflow
+    store already exists (made by an untimed one-item run on other items with its own caches), as it does for every
+    run but a user's first. ``writer``: where compare writes its traces (``DSPY_FOR_TRACE_WRITER``)."""
     run_dir = Path(tempfile.mkdtemp(dir=work))
     if existing_store:
         first = run_dir / "first"
@@ -145,35 +187,66 @@ def _run(
         env = {**os.environ, "DSPY_FOR_CACHE_DIR": str(first / "cache"), "DSPY_CACHEDIR": str(first / "dspy_cache")}
         argv = ["--child", "compare", "--config", str(config), "--data", str(one), "--methods", "cot",
                 "--tracking-uri", f"sqlite:///{run_dir}/mlflow.db"]  # fmt: skip
-        _timed(argv, {**env, "OPENAI_API_KEY": "sk-bench"})
+        _timed(argv, env)
     env = {
         **os.environ,
         "DSPY_FOR_CACHE_DIR": str(run_dir / "cache"),
         "DSPY_CACHEDIR": str(run_dir / "dspy_cache"),
-        "OPENAI_API_KEY": "sk-bench",
+        "DSPY_FOR_TRACE_WRITER": writer,
+        "MLFLOW_GENAI_EVAL_MAX_WORKERS": str(threads),
     }
     server.reset_counters()
+    uri = ["--tracking-uri", f"sqlite:///{run_dir}/mlflow.db"]
     if mode == "compare":
         config = run_dir / "throughput.toml"
         config.write_text(CONFIG.format(base=server.base_url, threads=threads))
-        argv = [
-            "--child", "compare", "--config", str(config), "--data", str(data), "--methods", methods,
-            "--tracking-uri", f"sqlite:///{run_dir}/mlflow.db", *([] if traces else ["--no-traces"]),
-        ]  # fmt: skip
+        argv = ["--child", "compare", "--config", str(config), "--data", str(data), "--methods", methods, *uri,
+                *([] if traces else ["--no-traces"])]  # fmt: skip
     else:
-        argv = ["--child", "evaluate", "--data", str(data), "--base", server.base_url, "--threads", str(threads)]
+        argv = ["--child", mode, "--data", str(data), "--base", server.base_url, "--threads", str(threads), *uri]
     wall, report = _timed(argv, env)
     report["calls_s"] = server.busy_seconds or 0.0
     return wall, report, len(server.responses)
+
+
+def _evaluate_rows(
+    args: argparse.Namespace, server: Any, data: Path, threads: int, work: Path, genai: bool
+) -> list[list[str]]:
+    """CoT on ``data`` at ``threads``: dspy.Evaluate, then compare with and without traces into a new and an existing
+    store (traces also by a thread), and with ``genai`` mlflow.genai.evaluate; one row each, ratios to Evaluate."""
+    n = len(data.read_text().splitlines())
+    ev_wall, ev_report, ev_calls = _run("evaluate", server, data, threads, work)
+    ideal = ev_calls * args.latency / threads
+    what = f"CoT {n} items × {threads} threads"
+    rows = [[what, "dspy.Evaluate", f"{ev_wall:.1f}", f"{ideal:.1f}", str(ev_report["failed"]),
+             f"its calls {ev_report['calls_s']:.1f} s", ""]]  # fmt: skip
+    traced: list[float] = []
+    runs = [(t, e, "process") for e in (False, True) for t in (True, False)] + [(True, True, "thread")]
+    for traces, existing, writer in runs:
+        wall, report, _ = _run("compare", server, data, threads, work, traces=traces, existing_store=existing,
+                               writer=writer)  # fmt: skip
+        traced += [wall] if traces and writer == "process" else []
+        run = ("compare" if traces else "compare --no-traces") + (", existing store" if existing else ", new store")
+        run += ", traces by a thread" if writer == "thread" else ""
+        alone, calls = report["run_s"], report["calls_s"]
+        ratio = f"{wall / ev_wall:.2f} × Evaluate; the run alone {alone:.1f} s, its calls {calls:.1f} s"
+        goal = "" if genai else f"≤ {TRACED_GOAL}" if traces else f"≤ {GOALS['evaluate']}"  # (the goals' size)
+        rows.append([what, run, f"{wall:.1f}", f"{ideal:.1f}", str(report["failed"]), ratio, goal])
+    if genai:
+        wall, report, _ = _run("genai", server, data, threads, work)
+        ratios = ", ".join(f"{w / wall:.2f}" for w in traced)
+        rows.append([what, "mlflow.genai.evaluate", f"{wall:.1f}", f"{ideal:.1f}", str(report["failed"]),
+                     f"compare with traces (new, existing store) ÷ it: {ratios}", f"≤ {GENAI_GOAL}"])  # fmt: skip
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", type=Path, help="Directory with the upstream gsm8k/train.jsonl.")
     ap.add_argument("--latency", type=float, default=0.5, help="Seconds the server takes to answer each call.")
-    ap.add_argument("--quick", action="store_true", help="Small sizes: 200 × 32, 40 × 8, 24 × 16.")
+    ap.add_argument("--quick", action="store_true", help="Tiny sizes, to check it runs (numbers mean nothing).")
     ap.add_argument("--only", choices=sorted(GOALS), help="Run one measurement.")
-    ap.add_argument("--child", choices=["compare", "evaluate"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["compare", "evaluate", "genai"], help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--methods", help=argparse.SUPPRESS)
@@ -182,43 +255,28 @@ def main() -> None:
     ap.add_argument("--no-traces", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=16, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child == "compare":
-        return _child_compare(args)
-    if args.child == "evaluate":
-        return _child_evaluate(args)
+    children = {"compare": _child_compare, "evaluate": _child_evaluate, "genai": _child_genai}
+    if args.child is not None:
+        return children[args.child](args)
     if args.data_dir is None:
         ap.error("--data-dir DATA_DIR is required (the directory holding gsm8k/train.jsonl)")
 
     from dspy_for.testing import OpenAICompatibleServer, for_responder
 
-    sizes = {"evaluate": (200, 32), "methods": (40, 8), "rate-limit": (24, 16)} if args.quick else {
-        "evaluate": (1319, 64), "methods": (200, 16), "rate-limit": (60, 16)
+    sizes = {"evaluate": [(24, 8), (12, 4)], "methods": [(8, 4)], "rate-limit": [(8, 4)]} if args.quick else {
+        "evaluate": [(1319, 64), (100, 16)], "methods": [(200, 16)], "rate-limit": [(60, 16)]
     }  # fmt: skip
     rows: list[list[str]] = []
     work = Path(tempfile.mkdtemp(prefix="dspy-for-throughput-"))
     responder = for_responder("18")
     wanted = [args.only] if args.only else ["evaluate", "methods", "rate-limit"]
     if "evaluate" in wanted:
-        n, t = sizes["evaluate"]
-        data = _items(args.data_dir, n, work)
+        (big, big_t), (small, small_t) = sizes["evaluate"]
         with OpenAICompatibleServer(responder, latency=args.latency) as server:
-            ev_wall, ev_report, ev_calls = _run("evaluate", server, data, t, work)
-            ev_calls_s = ev_report["calls_s"]
-            ideal = ev_calls * args.latency / t
-            what = f"CoT {n} items × {t} threads"
-            for existing in (False, True):
-                for traces in (True, False):
-                    wall, report, _ = _run("compare", server, data, t, work, traces=traces, existing_store=existing)
-                    run = ("compare" if traces else "compare --no-traces") + (
-                        ", existing store" if existing else ", new store"
-                    )
-                    ratio = (
-                        f"{wall / ev_wall:.2f} × Evaluate ({ev_wall:.1f} s, its calls {ev_calls_s:.1f} s); "
-                        f"the run alone {report['run_s']:.1f} s, its calls {report['calls_s']:.1f} s"
-                    )
-                    rows.append([what, run, f"{wall:.1f}", f"{ideal:.1f}", str(report["failed"]), ratio, "≤ 1.15"])
+            rows += _evaluate_rows(args, server, _items(args.data_dir, big, work), big_t, work, genai=False)
+            rows += _evaluate_rows(args, server, _items(args.data_dir, small, work), small_t, work, genai=True)
     if "methods" in wanted:
-        n, t = sizes["methods"]
+        ((n, t),) = sizes["methods"]
         data = _items(args.data_dir, n, work)
         alone: dict[str, float] = {}
         with OpenAICompatibleServer(responder, latency=args.latency) as server:
@@ -231,7 +289,7 @@ def main() -> None:
         rows.append([f"4 methods, {n} items × {t} threads", "compare", f"{wall:.1f}", f"{calls * args.latency / t:.1f}",
                      str(report["failed"]), ratio, "≤ 1.3"])  # fmt: skip
     if "rate-limit" in wanted:
-        n, t = sizes["rate-limit"]
+        ((n, t),) = sizes["rate-limit"]
         data = _items(args.data_dir, n, work)
         with OpenAICompatibleServer(responder, latency=args.latency, max_in_flight=4, retry_after=1.0) as server:
             for existing in (False, True):

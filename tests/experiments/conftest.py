@@ -9,13 +9,16 @@ import pytest
 from dspy.clients.cache import Cache
 
 import dspy_for.experiments.core.prepare as run_mod
+import dspy_for.experiments.core.stored_lms as stored_mod
 from dspy_for.testing import Responder, ScriptedLM
 
 
 @pytest.fixture
 def install_scripted_lm(monkeypatch, tmp_path) -> Callable[[Responder], ScriptedLM]:
     """``install(responder)``: every LM a run builds becomes one scripted LM (DSPy's cache on, in memory), and
-    the test runs in its temporary directory. The LM's ``built`` list records each (spec, options) asked for."""
+    the test runs in its temporary directory. The LM's ``built`` list records each (spec, options) asked for. A run
+    whose every item is stored builds none: the same LM stands for each of its LMs (as a ``StoredLM`` does, never
+    called), not recorded in ``built``."""
 
     def install(responder: Responder) -> ScriptedLM:
         monkeypatch.setattr(
@@ -31,6 +34,8 @@ def install_scripted_lm(monkeypatch, tmp_path) -> Callable[[Responder], Scripted
             return lm
 
         monkeypatch.setattr(run_mod, "make_lm", fake_make_lm)
+        monkeypatch.setattr(stored_mod, "stored_lm", lambda spec, lm_spec, *args: lm)
+        monkeypatch.setattr(run_mod, "stored_lm", lambda spec, lm_spec, *args: lm)
         monkeypatch.chdir(tmp_path)
         return lm
 

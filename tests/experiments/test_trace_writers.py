@@ -1,75 +1,260 @@
-"""The sinks' trace writers share the tracking store: however many methods and datasets a comparison runs side by
-side, at most ``MAX_TRACE_WRITERS`` write at once (a comparison of 5 methods on 4 datasets had 20 writers exhaust
-SQLAlchemy's pool of 15 connections and lose traces); a store that keeps refusing gets a warning for every item."""
+"""The process's trace writer (:mod:`dspy_for.experiments.tracking.writer`): one for every sink of a process, however
+many methods and datasets run side by side (a comparison of 5 methods on 4 datasets once had 20 writers exhaust
+SQLAlchemy's pool of 15 connections and lose traces); traces stored many per transaction; a store that refuses them
+gets a warning for every item, and a run whose store keeps refusing is given up after ``GIVE_UP`` failed batches; a
+writer process that dies hands every trace it had not stored to a thread of the run's process."""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from dspy_for.experiments.tracking import sink as sink_module
-from dspy_for.experiments.tracking.sink import MAX_TRACE_WRITERS, MlflowSink
+from dspy_for.experiments.tracking import traces
+from dspy_for.experiments.tracking import writer as writer_module
+from dspy_for.experiments.tracking.assessments import TraceContext
+from dspy_for.experiments.tracking.sink import MlflowSink
+from dspy_for.experiments.tracking.store import setup_tracking, start_run
+from dspy_for.experiments.tracking.writer import GIVE_UP, TraceWriter
 
 
 def _run() -> Any:
     return SimpleNamespace(
-        spec=SimpleNamespace(traces=True), method=SimpleNamespace(label="cot"), dataset=SimpleNamespace(name="gsm8k")
+        spec=SimpleNamespace(traces=True),
+        method=SimpleNamespace(label="cot", name="cot"),
+        dataset=SimpleNamespace(name="gsm8k"),
     )
+
+
+def _payload(item: str) -> dict[str, Any]:
+    return {"item": {"id": item}, "calls": [], "reused": False}
+
+
+def _context(run_id: str = "run", **kw: Any) -> TraceContext:
+    return TraceContext(
+        label="cot", method="cot", dataset="gsm8k/sample", metric="m", run_id=run_id, experiment_id="0", **kw
+    )
+
+
+@pytest.fixture
+def thread_writer(monkeypatch):
+    """A writer thread of this process (what the patches below reach), with traces built from their item id."""
+    monkeypatch.setitem(writer_module._WRITER, "writer", TraceWriter("thread"))
+    monkeypatch.setattr(traces, "build_trace", lambda ctx, payload: (payload["item"]["id"], []))
+    monkeypatch.setattr(sink_module.traces, "trace_context", lambda run, run_id: _context(run_id))
+    monkeypatch.setattr(sink_module.traces, "item_payload", lambda landed, method: _payload(landed.item.id))
 
 
 def _landed(item: str) -> Any:
     return SimpleNamespace(item=SimpleNamespace(id=item))
 
 
-def test_no_more_than_max_trace_writers_write_at_once(monkeypatch):
+def test_one_writer_stores_every_sinks_traces_one_batch_at_a_time(thread_writer, monkeypatch):
     lock = threading.Lock()
-    active, peak, written = 0, 0, []
+    active, peak, written, batches = 0, 0, [], []
 
-    def log_item_traces(context: Any, landed: list[Any]) -> None:
+    def write(ctx: Any, built: list[Any]) -> dict[int, Exception]:
         nonlocal active, peak
         with lock:
             active += 1
             peak = max(peak, active)
-        time.sleep(0.05)
+        time.sleep(0.02)
         with lock:
             active -= 1
-            written.extend(x.item.id for x in landed)
+            written.extend(item for item, _ in built)
+            batches.append(len(built))
+        return {}
 
-    monkeypatch.setattr(sink_module.traces, "trace_context", lambda run, run_id: object())
-    monkeypatch.setattr(sink_module.traces, "log_item_traces", log_item_traces)
-    sinks = [MlflowSink(_run(), f"run-{i}") for i in range(3 * MAX_TRACE_WRITERS)]
+    monkeypatch.setattr(traces, "write_traces", write)
+    sinks = [MlflowSink(_run(), f"run-{i}") for i in range(12)]
     for i, sink in enumerate(sinks):
-        sink.add(_landed(f"item-{i}"))
+        for j in range(5):
+            sink.add(_landed(f"item-{i}-{j}"))
     for sink in sinks:
         sink.finish_traces()
-    assert sorted(written) == sorted(f"item-{i}" for i in range(len(sinks)))  # every trace written
-    assert 2 <= peak <= MAX_TRACE_WRITERS  # side by side, but never more than the limit
+    assert sorted(written) == sorted(f"item-{i}-{j}" for i in range(12) for j in range(5))  # every trace written
+    assert peak == 1  # one writer for the whole process: the store's pool is never exhausted by writers
+    assert max(batches) > 1  # many per transaction
 
 
-def test_a_store_that_keeps_refusing_warns_for_every_item(monkeypatch, caplog):
+def test_a_store_that_keeps_refusing_warns_for_every_item_then_gives_up(thread_writer, monkeypatch, caplog):
     calls = 0
 
-    def refuse(context: Any, landed: list[Any]) -> None:
+    def refuse(ctx: Any, built: list[Any]) -> dict[int, Exception]:
         nonlocal calls
         calls += 1
         raise RuntimeError("QueuePool limit reached")
 
-    monkeypatch.setattr(sink_module.traces, "trace_context", lambda run, run_id: object())
-    monkeypatch.setattr(sink_module.traces, "log_item_traces", refuse)
+    monkeypatch.setattr(traces, "write_traces", refuse)
     sink = MlflowSink(_run(), "run")
     with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
         for i in range(6):
             sink.add(_landed(f"item-{i}"))
-            time.sleep(0.02)  # one batch each
-        sink.finish_traces()
+            sink.finish_traces()  # one batch each
     warned = [r.getMessage() for r in caplog.records if "could not log the trace" in r.getMessage()]
-    assert len(warned) == 6  # no item's missing trace goes unsaid
-    assert 1 <= calls <= 3  # then it stops trying
+    assert len(warned) == 6 and all(f"item item-{i} of cot" in w for i, w in enumerate(warned))  # none unsaid
+    assert calls == GIVE_UP and "not tried after" in warned[-1]  # then it stops trying
 
 
-def test_finish_traces_before_any_record_is_a_no_op(monkeypatch):
-    monkeypatch.setattr(sink_module.traces, "trace_context", lambda run, run_id: object())
+def test_finish_traces_before_any_record_is_a_no_op(thread_writer):
     MlflowSink(_run(), "run").finish_traces()
+
+
+# -------------------------------------------------------------------------------- the writer process, for real
+
+
+@pytest.fixture
+def tracked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    setup_tracking(uri, "writers")
+    return uri
+
+
+def _item_payloads(n: int, tag: str, timed: bool = False) -> list[dict[str, Any]]:
+    """``n`` records as a sink hands them over; ``timed``: each with its start and one LM call span."""
+    from dataclasses import asdict
+
+    from dspy_for.experiments.core import ItemResult
+
+    t0 = 1_800_000_000.0
+    usage = {"total": {"calls": 1, "prompt_tokens": 10, "completion_tokens": 5, "tokens": 15}}
+    out = []
+    for i in range(n):
+        item = ItemResult(id=f"{tag}/{i}", question=f"q{i}?", gold="1", prediction={"answer": "1"}, score=1.0,
+                          usage=usage, started_at=t0 + i if timed else None, wall_time=0.5)  # fmt: skip
+        call = {"name": "task", "inputs": {"messages": [{"role": "user", "content": f"q{i}?"}]}, "outputs": ["1"],
+                "attributes": {"dspy_for.role": "task"}, "error": None, "start_ns": int((t0 + i) * 1e9),
+                "end_ns": int((t0 + i + 0.4) * 1e9), "chat": True}  # fmt: skip
+        out.append({"item": asdict(item), "calls": [call] if timed else [], "reused": False})
+    return out
+
+
+def _stored_items(uri: str, run_id: str) -> set[str]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.search_traces(
+        locations=[client.get_run(run_id).info.experiment_id], max_results=1000,
+        filter_string=f"metadata.`mlflow.sourceRun` = '{run_id}'",
+    )  # fmt: skip
+    return {t.info.trace_metadata["dspy_for.item_id"] for t in found}
+
+
+def _ctx(uri: str, run_id: str, experiment_id: str) -> TraceContext:
+    from dspy_for.compat import mlflow as compat
+
+    return TraceContext(
+        label="cot", method="cot", dataset="gsm8k/sample", metric="m", run_id=run_id, experiment_id=experiment_id,
+        tracking_uri=uri, client=compat.tracing_client(uri),
+    )  # fmt: skip
+
+
+def test_the_writer_process_stores_many_traces_per_transaction(tracked):
+    from mlflow.tracking import MlflowClient
+
+    run_id = start_run("many", "writers")
+    experiment_id = MlflowClient(tracked).get_run(run_id).info.experiment_id
+    writer = TraceWriter("process")
+    assert writer.mode == "process"
+    sink = writer.open(_ctx(tracked, run_id, experiment_id))
+    for payload in _item_payloads(40, "many"):
+        writer.add(sink, payload)
+    writer.wait(sink)
+    assert _stored_items(tracked, run_id) == {f"many/{i}" for i in range(40)}
+
+
+def test_a_batch_the_store_refuses_in_part_keeps_the_others(tracked, monkeypatch):
+    """One trace the store refuses (already stored) fails the batch's transaction: each is then stored on its own."""
+    from mlflow.tracking import MlflowClient
+
+    run_id = start_run("part", "writers")
+    experiment_id = MlflowClient(tracked).get_run(run_id).info.experiment_id
+    ctx = _ctx(tracked, run_id, experiment_id)
+    built = [traces.build_trace(ctx, p) for p in _item_payloads(5, "part")]
+    assert traces.write_traces(ctx, built[:1]) == {}  # the first one is stored already
+    assert traces.write_traces(ctx, built) == {}  # one transaction fails; trace by trace, MLflow merges the first
+    assert _stored_items(tracked, run_id) == {f"part/{i}" for i in range(5)}
+    elsewhere = replace(ctx, experiment_id="99999999")  # no such experiment: the store refuses each
+    failed = traces.write_traces(elsewhere, [traces.build_trace(elsewhere, p) for p in _item_payloads(2, "x")])
+    assert sorted(failed) == [0, 1]  # every one is named
+
+
+def test_a_store_that_refuses_the_writer_process_warns_for_every_item(tracked, caplog):
+    run_id = start_run("refused", "writers")
+    writer = TraceWriter("process")
+    sink = writer.open(_ctx(tracked, run_id, "99999999"))  # no such experiment: the store refuses every trace
+    with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
+        for payload in _item_payloads(3, "refused"):
+            writer.add(sink, payload)
+        writer.wait(sink)
+    warned = [r.getMessage() for r in caplog.records if "could not log the trace" in r.getMessage()]
+    assert len(warned) == 3 and all(f"item refused/{i} of cot" in w for i, w in enumerate(sorted(warned)))
+
+
+def test_a_writer_process_that_dies_hands_its_traces_to_a_thread(tracked, monkeypatch, caplog):
+    from mlflow.tracking import MlflowClient
+
+    run_id = start_run("failover", "writers")
+    experiment_id = MlflowClient(tracked).get_run(run_id).info.experiment_id
+    writer = TraceWriter("process")
+    sink = writer.open(_ctx(tracked, run_id, experiment_id))
+    assert writer._process is not None
+    os.kill(writer._process.pid, signal.SIGKILL)  # before it stored anything
+    with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
+        for payload in _item_payloads(10, "failover"):
+            writer.add(sink, payload)
+        writer.wait(sink)
+    assert writer.mode == "thread" and any("trace writer process stopped" in r.getMessage() for r in caplog.records)
+    assert _stored_items(tracked, run_id) == {f"failover/{i}" for i in range(10)}
+
+
+def test_only_a_processes_own_writer_is_used_after_a_fork(monkeypatch):
+    old = TraceWriter("thread")
+    monkeypatch.setitem(writer_module._WRITER, "writer", old)
+    monkeypatch.setattr(old, "pid", -1)  # as a forked child sees its parent's writer
+    monkeypatch.setenv(writer_module.MODE_ENV, "thread")
+    assert writer_module.trace_writer() is not old and writer_module.trace_writer().pid == os.getpid()
+
+
+def test_a_trace_stored_in_a_batch_is_the_trace_stored_alone(tracked):
+    """The one-transaction path stores what MLflow's own start_trace and log_spans store for each trace: the same
+    trace, read back, as one stored on its own (ids and the artifact location aside)."""
+    from mlflow.tracking import MlflowClient
+
+    run_id = start_run("same", "writers")
+    experiment_id = MlflowClient(tracked).get_run(run_id).info.experiment_id
+    ctx = _ctx(tracked, run_id, experiment_id)
+    payloads = _item_payloads(3, "same", timed=True)
+    assert traces.write_traces(ctx, [traces.build_trace(ctx, p) for p in payloads]) == {}  # one transaction
+    assert traces.write_traces(ctx, [traces.build_trace(ctx, payloads[0])]) == {}  # alone
+    client = MlflowClient(tracked)
+    found = client.search_traces(
+        locations=[experiment_id], max_results=10, filter_string="metadata.`dspy_for.item_id` = 'same/0'"
+    )
+    batched, alone = sorted(found, key=lambda t: t.info.request_time)  # the same item: same times
+    assert _shown(batched) == _shown(alone) and len(batched.data.spans) == 2
+
+
+def _shown(trace: Any) -> dict[str, Any]:
+    info = trace.info
+    return {
+        "tags": {k: v for k, v in info.tags.items() if k != "mlflow.artifactLocation"},
+        "metadata": info.trace_metadata,
+        "state": info.state,
+        "duration": info.execution_duration,
+        "previews": (info.request_preview, info.response_preview),
+        "usage": info.token_usage,
+        "assessments": sorted((a.name, str(a.value)) for a in info.assessments),
+        "spans": [(s.name, s.parent_id is None, {k: v for k, v in s.attributes.items() if k != "mlflow.traceRequestId"},
+                   s.inputs, s.outputs, s.status.status_code, s.end_time_ns - s.start_time_ns)
+                  for s in sorted(trace.data.spans, key=lambda s: s.start_time_ns)],
+    }  # fmt: skip

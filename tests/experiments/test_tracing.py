@@ -18,12 +18,14 @@ import mlflow
 import pytest
 
 from dspy_for.compat import mlflow as compat
+from dspy_for.compat import mlflow_batch
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.core import Evaluation, ItemResult, Landed, ResultStore, prepare_run
 from dspy_for.experiments.spec.model import JudgeConfig
 from dspy_for.experiments.tracking import datasets as trace_datasets
 from dspy_for.experiments.tracking import traces as tracing
+from dspy_for.experiments.tracking import writer as trace_writers
 from dspy_for.experiments.tracking.sink import MlflowSink
 from dspy_for.experiments.tracking.spans import call_spans
 from dspy_for.experiments.tracking.store import setup_tracking, start_run
@@ -346,7 +348,8 @@ def test_a_failing_store_call_is_only_a_warning(live, monkeypatch, caplog):
         raise OSError(f"disk full {CANARY}")
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
-    monkeypatch.setattr(compat, "log_spans", boom)
+    monkeypatch.setitem(trace_writers._WRITER, "writer", trace_writers.TraceWriter("thread"))  # (patched here)
+    monkeypatch.setattr(mlflow_batch, "write_traces", boom)
     with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
         result, run_id = live(ScriptedLM(responder), "refused")
     assert len(result.items) == 2 and not any(i.failed for i in result.items)
@@ -482,7 +485,7 @@ def test_a_tracing_failure_never_fails_the_comparison(monkeypatch, scripted, tmp
         raise RuntimeError(f"tracing exploded {CANARY}")
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
-    monkeypatch.setattr(tracing, "_build_trace", boom)
+    monkeypatch.setattr(tracing, "item_payload", boom)
     monkeypatch.setattr(trace_datasets, "_log_dataset", boom)
     uri = _uri(tmp_path)
     with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):

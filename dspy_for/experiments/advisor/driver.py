@@ -50,6 +50,7 @@ from dspy_for.experiments.advisor.volume import (
     volume_rows,
 )
 from dspy_for.experiments.core import MethodResult, load_examples
+from dspy_for.experiments.core.compile_fit import CompileFit, compile_fit
 from dspy_for.experiments.core.folders import check_results_dir
 from dspy_for.experiments.core.plan import RunPlan, plan_advise
 from dspy_for.experiments.core.spend import money
@@ -150,7 +151,9 @@ def advise(
         check_volume_lms(spec)
     order = seeded_order(load_examples(d), spec.seed)[: spec.max_items or None]
     if spec.dry_run:  # the plan before the spend: no MLflow run, no LM
-        return plan_advise(spec, order, spec.items_dir(store.tracking_root(spec.tracking_uri)), pilot=pilot)
+        items_dir = spec.items_dir(store.tracking_root(spec.tracking_uri))
+        students = {c.label: c.student for c in chosen if c.student is not None}
+        return plan_advise(spec, order, items_dir, pilot=pilot, budget=budget, budget_usd=budget_usd, students=students)
     deadline = started + timeout if timeout is not None else math.inf
 
     def expired() -> bool:
@@ -246,8 +249,9 @@ class _Advising:
 
     def pilot(self, chosen: list[Candidate]) -> None:
         """Measure every candidate on the pilot's items, side by side in three steps: CoT first (its tokens and $ per
-        item size k and N), then the uncompiled candidates, then the compiled ones whose uncompiled pilot is within
-        the budget (compiling only adds demos to a program's prompts: one already over it is not compiled)."""
+        item size k and N), then the uncompiled candidates, then the compiled ones whose uncompiled pilot with the
+        demos their compile adds is estimated within the budget (:meth:`compiled_fit`: one that cannot be is never
+        compiled)."""
         a = self.advice
         budgets = a.budget is not None or a.budget_usd is not None
         if budgets and any(c.sized for c in chosen) and not any(c.label == "cot" for c in chosen):
@@ -284,6 +288,9 @@ class _Advising:
             out.status, out.over = OVER_BUDGET, list(student.over)
             out.reason = f"not compiled: {student.label}, its uncompiled program, is over the budget ({student.reason})"
             return out, None
+        if student is not None and (fit := self.compiled_fit(c, student)) is not None and not fit.fits:
+            out.status, out.over, out.reason = OVER_BUDGET, fit.over, f"not compiled: {fit.reason}"
+            return out, None
         options, out.sized = sized_options(c, a.budget, a.cot_tokens, budget_usd=a.budget_usd, cot_cost=a.cot_cost)
         if options is None:  # too few samples or attempts fit; or CoT, which sizes them, could not be measured
             out.status, out.reason = OVER_BUDGET if a.cot_tokens is not None else FAILED, out.sized
@@ -292,6 +299,18 @@ class _Advising:
             return out, None
         out.options = options
         return out, self.open(MethodConfig(c.method, c.label, options, compile=c.compile), out)
+
+    def compiled_fit(self, c: Candidate, student: CandidateOutcome) -> CompileFit | None:
+        """Whether compiled candidate ``c`` can be within the budgets, from its student's pilot and its demos
+        (:mod:`~dspy_for.experiments.core.compile_fit`: the estimate ``--dry-run`` makes from the same records)."""
+        a = self.advice
+        if student.result is None or (a.budget is None and a.budget_usd is None):
+            return None
+        m = MethodConfig(c.method, c.label, dict(c.options), compile=c.compile)
+        spec = self.tracked.spec
+        return compile_fit(
+            spec, m, student.result.items, budget=a.budget, budget_usd=a.budget_usd, student_label=student.label
+        )
 
     def feed_pilot(self, cells: list[OpenCell]) -> None:
         if cells:

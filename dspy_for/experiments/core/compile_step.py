@@ -152,7 +152,7 @@ def compile_for_run(
     *,
     metric: Callable[..., Any],
     seed: int,
-    optimizer_lm: dspy.BaseLM,
+    optimizer_lm: dspy.BaseLM | None,
     cached: Path | None = None,
     scored: Iterable[dspy.Example] = (),
 ) -> tuple[dspy.Module, CompileCost]:
@@ -160,7 +160,8 @@ def compile_for_run(
     decisions on the last ``val_limit`` items of ``valset`` (default val) with ``optimizer_lm`` (built by the run from
     the table's ``optimizer_lm``, default the run's LM), leaving out every item of ``scored`` (the items the run
     scores: see the module docstring). ``cached``: where the compiled program and its :class:`CompileCost` are kept,
-    so a resumed run loads them (``reused``) instead of compiling again. Every predictor keeps its LM."""
+    so a resumed run loads them (``reused``) instead of compiling again (the run builds an optimizer LM only for a
+    compile that runs: None when they are kept). Every predictor keeps its LM."""
     step = method.compile_step
     assert step is not None, f"{method.label} has no compile step"
     kind = step.kind

@@ -102,6 +102,15 @@ class Evidence:
         s = self.store(d, m)
         return {} if s is None or self._hidden(d, m.label) else s.load(repair=False)
 
+    def shared(self, d: DatasetConfig, m: MethodConfig) -> dict[str, ItemResult]:
+        """The cell's stored records, else those another label keeps under the same result key (as ``advise`` reuses
+        them: the same method, options, LMs, prompts and data give the same records)."""
+        own = self.stored(d, m)
+        for path in [] if own else self._files(d.name, d.split, m, ".jsonl"):
+            if not self._hidden(d, path.name.split(".")[0]):
+                return ResultStore(path).load(repair=False)
+        return own
+
     def cached_compile(self, d: DatasetConfig, m: MethodConfig) -> Path | None:
         """The cell's compiled program kept by an earlier run (the run reuses it: nothing is spent), if any."""
         s = self.store(d, m)

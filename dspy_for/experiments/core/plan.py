@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -22,9 +22,11 @@ from typing import Any, Literal
 import dspy
 
 from dspy_for.errors import DspyForError
+from dspy_for.experiments.core.compile_fit import compile_fit
 from dspy_for.experiments.core.estimates import CellEstimates, Estimate, sum_estimates
 from dspy_for.experiments.core.evidence import Evidence
 from dspy_for.experiments.core.plan_cells import CellPlan, compile_cell, failed_cell, items_cell, options_estimates
+from dspy_for.experiments.core.records import unit_keys
 from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, load_examples
 
@@ -201,21 +203,54 @@ def _sized(m: MethodConfig) -> bool:
     return get_method(m.name).sized is not None
 
 
-def plan_advise(spec: ExperimentSpec, examples: list[dspy.Example], items_dir: Path | None, *, pilot: int) -> RunPlan:
+def plan_advise(
+    spec: ExperimentSpec,
+    examples: list[dspy.Example],
+    items_dir: Path | None,
+    *,
+    pilot: int,
+    budget: float | None = None,
+    budget_usd: float | None = None,
+    students: Mapping[str, str] | None = None,
+) -> RunPlan:
     """Advise's plan: every candidate on every item it may run (``examples``: the seeded order, ``max_items`` applied;
-    ``items_dir``: where the run keeps its records). It stops once the recommendation is resolved: this is its bound."""
+    ``items_dir``: where the run keeps its records). It stops once the recommendation is resolved: this is its bound.
+    A compiled candidate (``students``: its label -> its uncompiled student's) whose student's pilot is stored and
+    estimates it over ``budget`` / ``budget_usd`` with its demos is not compiled, as the run decides
+    (:mod:`.compile_fit`)."""
     ev = Evidence(spec, items_dir)
     d = spec.datasets[0]
     cells = _cells(ev, d, spec.methods, examples, None)
-    bound = (
-        f"advise stops once its recommendation is resolved (after a pilot of {min(pilot, len(examples))} items per "
-        "candidate): this is the most it takes, every candidate on every item"
-    )
     notes = [
         "with a budget, k and N are sized from the pilot's measured cost: estimated here at each candidate's options",
         *_side_by_side(spec),
     ]
+    by_label = {m.label: m for m in spec.methods}
+    for label, student in (students or {}).items() if budget is not None or budget_usd is not None else ():
+        units = unit_keys(examples[:pilot], spec.epochs)
+        stored = ev.shared(d, by_label[student])
+        fit = None
+        if all(k in stored for k in units):
+            m = by_label[label]
+            fit = compile_fit(
+                spec, m, [stored[k] for k in units], budget=budget, budget_usd=budget_usd, student_label=student
+            )
+        if fit is None:
+            notes.append(f"{label} is compiled only if {student}'s pilot with its demos can be within the budget")
+        elif not fit.fits:
+            cells = [_not_compiled(c, fit.reason) if c.label == label else c for c in cells]
+    bound = (
+        f"advise stops once its recommendation is resolved (after a pilot of {min(pilot, len(examples))} items per "
+        "candidate): this is the most it takes, every candidate on every item"
+    )
     return RunPlan("advise", cells, spec.threads, spec.max_cost, bound=bound, notes=notes)
+
+
+def _not_compiled(c: CellPlan, reason: str) -> CellPlan:
+    """A compiled candidate's cell when it is not compiled: nothing to run, and why."""
+    zero = CellEstimates.zero(f"not compiled: {reason}")
+    return replace(c, to_run=0, stored=0, calls=zero.calls, tokens=zero.tokens, usd=zero.usd, seconds=zero.seconds,
+                   note=f"not compiled: {reason}")  # fmt: skip
 
 
 def plan_sweep(spec: Any) -> RunPlan:

@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import dspy
 
-from dspy_for.datasets import content_key
 from dspy_for.errors import DspyForError
 from dspy_for.experiments.core.compile_estimates import compile_work, plus, scaled
 from dspy_for.experiments.core.compile_step import compile_sets
@@ -41,7 +40,7 @@ from dspy_for.experiments.core.evidence import (
     role_lm_of,
     role_prices,
 )
-from dspy_for.experiments.core.records import record_key
+from dspy_for.experiments.core.records import unit_keys
 from dspy_for.experiments.methods import get_method, predictor_names
 from dspy_for.experiments.spec.checks import COMPILE_ROLE
 from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, RunSpec
@@ -96,16 +95,11 @@ def failed_cell(d: DatasetConfig, m: MethodConfig, step: Literal["items", "compi
     return _cell(d, m, step, 0, 0, CellEstimates.zero("not estimated"), error=error)
 
 
-def _units(examples: Sequence[dspy.Example], epochs: int) -> list[str]:
-    keys = dict.fromkeys(content_key(ex.get("question"), ex.get("answer")) for ex in examples)
-    return [record_key(k, e) for k in keys for e in range(epochs)]
-
-
 def items_cell(
     ev: Evidence, d: DatasetConfig, m: MethodConfig, examples: Sequence[dspy.Example], others: Sequence[MethodConfig]
 ) -> CellPlan:
     """``m``'s items on ``d``: those stored (reused) and those to run, and what running them takes."""
-    units = _units(examples, ev.spec.epochs)
+    units = unit_keys(examples, ev.spec.epochs)
     stored = ev.stored(d, m)
     to_run = sum(1 for u in units if u not in stored)
     found = _found(ev, d, m, stored, others)

@@ -5,12 +5,18 @@ compile step and judge — built once, before any item runs::
 
 ``compare``, every sweep trial, the sweep's final test, ``ask`` and the measurement scripts all prepare their
 runs here, so an option, a slice, an LM, a compile step and a judge mean the same thing everywhere.
+
+Work already done is not done again: given the records its results store holds (``stored``), a run whose every item
+is stored builds no LM, starts no server and pulls no model (its LMs are
+:class:`~dspy_for.experiments.core.stored_lms.StoredLM`, from the config), and starts no compile (a compiled program
+kept beside its records is read back; a compile whose result no item would use is not started). An optimizer LM is
+built only for a compile that runs.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,10 @@ import dspy
 
 from dspy_for.datasets import signature_for
 from dspy_for.experiments.core.compile_step import CompileCost, CompileNotStarted, compile_for_run
+from dspy_for.experiments.core.judging import needs_verdict
+from dspy_for.experiments.core.records import ItemResult, unit_keys
 from dspy_for.experiments.core.spend import SpendLimit
+from dspy_for.experiments.core.stored_lms import stored_lm, stored_lms
 from dspy_for.experiments.methods import build_method, get_method
 from dspy_for.experiments.spec.checks import COMPILE_ROLE
 from dspy_for.experiments.spec.config import Overrides, apply_overrides
@@ -77,6 +86,12 @@ class PreparedRun:
     def roles(self) -> tuple[str, ...]:
         return get_method(self.method.name).roles
 
+    @property
+    def lms(self) -> list[dspy.BaseLM]:
+        """Every LM the run may call: the default, each role's and the judge's (each once)."""
+        judge = [self.judge.judge_lm] if self.judge is not None else []
+        return list({id(lm): lm for lm in [self.lm, *self.role_lms.values(), *judge]}.values())
+
 
 def role_lm(spec: RunSpec, lm: LMLike, role_name: str | None, temperature: float | None = None) -> dspy.BaseLM:
     """The one place a run builds an LM: ``lm`` (a spec string, or a user's LM object, whose requests then travel
@@ -124,42 +139,48 @@ def prepare_run(
     examples: list[dspy.Example] | None = None,
     compile_dir: Path | None = None,
     limit: SpendLimit | None = None,
+    stored: Mapping[str, ItemResult] | None = None,
 ) -> PreparedRun:
     """Build one method's run: its examples, metric, signature, LM per role, program, compile step and judge.
 
     ``examples`` (default: :func:`load_examples` of ``dataset``) may be passed when the caller has them.
     ``compile_dir``: where a compiled program is kept, so a resumed run does not compile again. ``limit``: the run's
     ``max_cost``, which a new compile's spend counts against; once it is reached no new compile starts
-    (:class:`~dspy_for.experiments.core.compile_step.CompileNotStarted`).
+    (:class:`~dspy_for.experiments.core.compile_step.CompileNotStarted`). ``stored``: the records the method's results
+    store holds under its result key (by record key); when they hold every item of ``examples`` (each epoch, with
+    this run's judge's verdict) the run has nothing to run and builds no LM (see the module docstring).
     """
     registered = get_method(method.name)
     options, temperature = registered.split_options(method.options)
     options = registered.with_defaults(options)  # checked with the spec; the program is built once, here
     sig = signature_for(dataset.name)
     metric = metric_for(dataset.name)
-    default, role_lms = build_lms(spec, method, temperature)
+    examples = examples if examples is not None else load_examples(dataset)
+    done = stored is not None and _nothing_to_run(spec, examples, stored, metric)
+    default, role_lms = (stored_lms if done else build_lms)(spec, method, temperature)
     program = build_method(method.name, sig, lm=default, role_lms=role_lms, **options)
     key = result_key(spec, dataset, method, program)
-    examples = examples if examples is not None else load_examples(dataset)
     compile_cost = cached = None
     if (step := method.compile_step) is not None:
         cached = compile_dir / f"{method.label}.{key}.compiled.json" if compile_dir else None
-        if limit is not None and limit.reached and not (cached is not None and cached.is_file()):
+        kept = cached is not None and cached.is_file()
+        if limit is not None and limit.reached and not kept and not done:
             raise CompileNotStarted(method.label, len(examples) * spec.epochs)
-        optimizer_lm = role_lm(spec, step.optimizer_lm if step.optimizer_lm is not None else spec.lm, COMPILE_ROLE)
-        program, compile_cost = compile_for_run(
-            program,
-            method,
-            dataset,
-            metric=metric,
-            seed=spec.seed,
-            optimizer_lm=optimizer_lm,
-            cached=cached,
-            scored=examples,
-        )
-        if limit is not None and compile_cost is not None:
-            limit.add_compile(compile_cost)
-    judge, judge_name = _judge(spec, metric)
+        if kept or not done:  # every item stored and no compiled program kept: its result would not be used
+            optimizer_lm = None if kept else role_lm(spec, _optimizer(step, spec), COMPILE_ROLE)
+            program, compile_cost = compile_for_run(
+                program,
+                method,
+                dataset,
+                metric=metric,
+                seed=spec.seed,
+                optimizer_lm=optimizer_lm,
+                cached=cached,
+                scored=examples,
+            )
+            if limit is not None and compile_cost is not None:
+                limit.add_compile(compile_cost)
+    judge, judge_name = _judge(spec, metric, built=not done)
     return PreparedRun(
         spec=spec,
         dataset=dataset,
@@ -181,6 +202,26 @@ def prepare_run(
     )
 
 
+def _optimizer(step: Any, spec: RunSpec) -> LMLike:
+    return step.optimizer_lm if step.optimizer_lm is not None else spec.lm
+
+
+def _nothing_to_run(
+    spec: RunSpec, examples: list[dspy.Example], stored: Mapping[str, ItemResult], metric: Metric
+) -> bool:
+    """Whether ``stored`` (a method's records under its result key) holds every item of ``examples`` × epochs, judged
+    by this run's judge if it has one, so the run calls no LM (``rerun_changed`` asks the LMs what serves them now)."""
+    if (isinstance(spec, ExperimentSpec) and spec.rerun_changed) or not examples:
+        return False
+    keys = unit_keys(examples, spec.epochs)
+    if not all(k in stored for k in keys):
+        return False
+    if spec.judge is not None:
+        _, judge_name = _judge(spec, metric, built=False)
+        return not any(needs_verdict(stored[k].judge, judge_name) for k in keys)
+    return True
+
+
 def result_key(spec: RunSpec, dataset: DatasetConfig, method: MethodConfig, program: dspy.Module | None = None) -> str:
     """The key ``method``'s per-item results on ``dataset`` are stored under (:meth:`RunSpec.item_key`): from its
     ``program`` as built, or, without one, from its program built with no LM (which builds and calls no LM: an LM
@@ -194,12 +235,14 @@ def result_key(spec: RunSpec, dataset: DatasetConfig, method: MethodConfig, prog
     return spec.item_key(dataset, method, method.options, registered.roles, fingerprint, registered.revision)
 
 
-def _judge(spec: RunSpec, metric: Metric) -> tuple[Judge | None, str]:
+def _judge(spec: RunSpec, metric: Metric, *, built: bool = True) -> tuple[Judge | None, str]:
     """The spec's judge, and its name as recorded with each verdict: a verdict is reused only from this judge
-    (the same LM and the same grading prompt)."""
+    (the same LM and the same grading prompt). ``built=False``: its LM is a
+    :class:`~dspy_for.experiments.core.stored_lms.StoredLM` (a run whose every item holds this judge's verdict)."""
     if spec.judge is None:
         return None, ""
-    judge = Judge(role_lm(spec, spec.judge.lm, "judge"), fallback=metric, rubrics=spec.judge.rubrics or RUBRICS)
+    lm = (role_lm if built else stored_lm)(spec, spec.judge.lm, "judge")
+    judge = Judge(lm, fallback=metric, rubrics=spec.judge.rubrics or RUBRICS)
     name = json.dumps(
         {
             **spec.role_settings(["judge"], {"judge": spec.judge.lm}),

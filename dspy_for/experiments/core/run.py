@@ -22,7 +22,7 @@ import contextvars
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -32,10 +32,10 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_for.datasets import content_key
+from dspy_for.compat.dspy import warm_completion_path
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import PreparedRun
-from dspy_for.experiments.core.records import ItemResult, MethodResult, record_key
+from dspy_for.experiments.core.records import ItemResult, MethodResult, example_key, record_key
 from dspy_for.experiments.core.serving import Serving
 from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, critical, interruptible
 from dspy_for.experiments.core.spend import SpendLimit
@@ -67,8 +67,9 @@ def evaluate(
 
 
 class Evaluation:
-    """One method on one dataset as a stream of records (see the module docstring). ``origin`` names the run
-    that produces the new records (an MLflow run id), kept in each one so a later reuse can point to it."""
+    """One method on one dataset as a stream of records (see the module docstring). ``origin`` names the run that
+    produces the new records (an MLflow run id), kept in each for a later reuse to point to; ``stored``: ``store``'s
+    records when the caller has read them."""
 
     def __init__(
         self,
@@ -78,11 +79,13 @@ class Evaluation:
         sinks: Sequence[Sink] = (),
         progress: bool = True,
         origin: str | None = None,
+        stored: Mapping[str, ItemResult] | None = None,
     ) -> None:
         self.run, self.origin, self.store = run, origin, store
-        self.stored = store.load() if store is not None else {}
+        self.stored = dict(stored) if stored is not None else store.load() if store is not None else {}
         self.progress = ProgressBar(run.method.label, progress)
-        self.sinks: list[Sink] = [*([store] if store is not None else []), *sinks, self.progress]
+        # the caller's sinks before the store: a record stored for resume has been handed to every sink (its trace)
+        self.sinks: list[Sink] = [*sinks, *([store] if store is not None else []), self.progress]
         self.status: RunStatus | None = None
         self._items: dict[str, ItemResult] = {}  # landed, by content key
         self._order: list[str] = []  # content keys in the order fed
@@ -105,7 +108,7 @@ class Evaluation:
     def _plan(self, examples: Iterable[dspy.Example], stop: StopRule | None) -> _Plan:
         """Land the stored records of ``examples`` (every epoch of each: reused) and return what is left to run."""
         epochs = range(self.run.spec.epochs)
-        units = [(ex, e) for ex in {_key(ex): ex for ex in examples}.values() for e in epochs]  # each item once
+        units = [(ex, e) for ex in {example_key(ex): ex for ex in examples}.values() for e in epochs]  # each item once
         new = [u for u in units if _unit_key(u) not in self._items]
         fresh = [u for u in new if _unit_key(u) not in self.stored]
         self.progress.expect(len(fresh))
@@ -215,7 +218,7 @@ class Evaluation:
         self.serving.rerun.update(again)
         self._order = [k for k in self._order if k not in again]
         items = {k.split("~", 1)[0] for k in again}  # an item's key, whichever epoch (record_key)
-        return [ex for ex in self.run.examples if _key(ex) in items]
+        return [ex for ex in self.run.examples if example_key(ex) in items]
 
     def _reused(self, stored: ItemResult) -> ItemResult:
         """A stored record as this run uses it: graded by this run's judge if it has none of its verdicts yet,
@@ -223,7 +226,7 @@ class Evaluation:
         run = self.run
         if run.judge is None:
             return replace(stored, judge=None, judge_usage={}) if stored.judge is not None else stored
-        example = next((ex for ex in run.examples if _key(ex) == stored.item_key), None)
+        example = next((ex for ex in run.examples if example_key(ex) == stored.item_key), None)
         example = example or dspy.Example(question=stored.question, answer=stored.gold).with_inputs("question")
         return judge_item(run.judge, run.judge_name, stored, example)
 
@@ -301,6 +304,7 @@ def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None) -> I
                     break
                 yield (plan, *plan.evaluation._run_item(unit))
         return
+    warm_completion_path(lm for p in plans for lm in p.evaluation.run.lms)  # imports paid here, not in the threads
     pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="dspy-for-item")
     todo = _interleaved(plans)
     pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
@@ -351,12 +355,8 @@ class _Outcome:
 _Unit = tuple[dspy.Example, int]
 
 
-def _key(example: dspy.Example) -> str:
-    return content_key(example.get("question"), example.get("answer"))
-
-
 def _unit_key(unit: _Unit) -> str:
-    return record_key(_key(unit[0]), unit[1])
+    return record_key(example_key(unit[0]), unit[1])
 
 
 _SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}

@@ -73,7 +73,7 @@ def plan_table(plan: RunPlan) -> Table:
             table.add_row(where, c.label, c.step, "", "", "", "", "", "", f"cannot run: {c.error}")
             continue
         if not c.to_run:
-            note = "the compiled program is stored: reused" if c.step == "compile" else ""
+            note = c.note or ("the compiled program is stored: reused" if c.step == "compile" else "")
             table.add_row(where, c.label, c.step, "0", str(c.stored), "", "", "", "", note)
             continue
         source = (f"{c.note}; " if c.note else "") + c.source

@@ -55,6 +55,7 @@ class TraceContext:
     metric: str  # the metric's name: the source of the ``correct`` assessment
     run_id: str | None
     experiment_id: str | None
+    tracking_uri: str | None = None  # the run's tracking store (a trace writer process makes its own client of it)
     client: Any = field(default=None, compare=False, repr=False)  # MLflow's TracingClient on the run's store
 
 

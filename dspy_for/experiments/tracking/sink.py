@@ -8,37 +8,30 @@ summary.summarize`), ``items.jsonl`` and ``trajectories.jsonl`` (with a compile 
 item failed, or the run raised) or KILLED (Ctrl-C, SIGTERM). Everything is written by run id through
 ``MlflowClient`` (safe from threads and worker processes). A tracing failure is a warning, never an error.
 
-Traces are written by a writer thread of the sink's own, in batches (each trace's info, then every span of the
-batch in one store call), so the threads waiting on the LM never wait on the tracking store; closing the sink
-waits for every trace of its records to be written. At most :data:`MAX_TRACE_WRITERS` writers write at once in a
-process, however many methods and datasets a comparison runs side by side: the store's connection pool (SQLAlchemy's
-5 + 10) is never exhausted by them.
+Traces are written by the process's trace writer (:mod:`~dspy_for.experiments.tracking.writer`: a process of its own,
+many traces per store transaction), so the threads waiting on the LM never wait on the tracking store nor share an
+interpreter lock with it: the sink only masks each record into plain data and hands it over as it lands. Closing the
+sink waits until every trace of its records is stored (or warned about), so the run ends with its traces in MLflow.
+One writer serves every sink of a process, however many methods and datasets a comparison runs side by side.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments.core.summary import summarize
 from dspy_for.experiments.tracking import store, traces
+from dspy_for.experiments.tracking.writer import trace_writer
 from dspy_for.secrets import redact
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core import Landed, MethodResult, PreparedRun, RunStatus
+    from dspy_for.experiments.tracking.writer import TraceWriter
 
 __all__ = ["MlflowSink", "item_rows", "serving_params"]
 
 logger = logging.getLogger("dspy_for.tracing")
-
-_BATCH = 64  # the most traces written in one go
-#: writer threads that write to the tracking store at once (the others wait their turn)
-MAX_TRACE_WRITERS = 4
-_WRITING = threading.BoundedSemaphore(MAX_TRACE_WRITERS)
-_GIVE_UP = 3  # failed batches after which a sink stops trying (each item still gets its warning)
-_CLOSE = object()  # put last: the writer stops after writing what came before it
 
 
 class MlflowSink:
@@ -48,56 +41,32 @@ class MlflowSink:
     def __init__(self, run: PreparedRun, run_id: str, *, end_run: bool = True, trace: bool | None = None) -> None:
         trace = run.spec.traces if trace is None else trace  # the spec's `traces` unless the caller says
         self.run, self.run_id, self.end_run, self.trace = run, run_id, end_run, trace
-        self._context: Any = None
-        self._trace_errors = 0
-        self._queue: queue.Queue[Any] = queue.Queue()
-        self._writer: threading.Thread | None = None
+        self._writer: TraceWriter | None = None
+        self._sink = 0
+        self._method: str | None = None
         if trace:
             try:
-                self._context = traces.trace_context(run, run_id)
+                context = traces.trace_context(run, run_id)
+                self._writer, self._method = trace_writer(), context.method
+                self._sink = self._writer.open(context)
             except Exception as exc:
+                self._writer = None
                 self._warn(exc)
 
     def add(self, landed: Landed) -> None:
-        if self._context is None:
-            return
         if self._writer is None:
-            self._writer = threading.Thread(target=self._write, name="dspy-for-traces", daemon=True)
-            self._writer.start()
-        self._queue.put(landed)
-
-    def _write(self) -> None:
-        """The writer thread: traces in batches of what has landed since the last write, until closed."""
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < _BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            landed = [x for x in batch if x is not _CLOSE]
-            if landed and self._trace_errors >= _GIVE_UP:  # a store that keeps refusing: stop trying
-                for x in landed:
-                    self._warn(RuntimeError(f"not tried after {_GIVE_UP} failed writes"), x.item.id)
-            elif landed:
-                try:
-                    with _WRITING:
-                        traces.log_item_traces(self._context, landed)
-                except Exception as exc:  # a warning per item whose trace is missing, however they were batched
-                    self._trace_errors += 1
-                    for x in landed:
-                        self._warn(exc, x.item.id)
-            for _ in batch:
-                self._queue.task_done()
-            if len(landed) < len(batch):
-                return
+            return
+        try:
+            payload = traces.item_payload(landed, self._method)
+        except Exception as exc:  # a record the trace cannot show: its warning; the run goes on
+            self._warn(exc, landed.item.id)
+            return
+        self._writer.add(self._sink, payload)
 
     def finish_traces(self) -> None:
-        """Wait until every trace of the records added so far is written (or warned about); the writer then stops."""
+        """Wait until every trace of the records added so far is stored (or warned about)."""
         if self._writer is not None:
-            self._queue.put(_CLOSE)
-            self._writer.join()
-            self._writer = None
+            self._writer.wait(self._sink)
 
     def close(self, result: MethodResult, status: RunStatus) -> None:
         self.finish_traces()  # every trace of the run's records is written before the run ends

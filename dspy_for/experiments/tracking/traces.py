@@ -20,17 +20,19 @@ attribute) and has no call spans. Its root span keeps the stored start and wall 
 a record stored before starts were kept has no span at all and no duration (``execution_duration`` None), its
 request time being when this run reused it (``dspy_for.timing`` says so). No time is ever shared out or invented.
 
-Each trace is two store calls (its info with the assessments, then its spans), made through the MLflow internals
-in :mod:`dspy_for.compat.mlflow`, not MLflow's span exporter (a write per span and per assessment). Every text is
-masked by :func:`~dspy_for.secrets.redact`. :func:`log_item_trace` raises on a failure: the sink turns it into a
-warning, so tracing never fails a comparison.
+A trace is made in two steps, so the second can run in another process: :func:`item_payload` (where the record
+landed) names the item's LM calls (the method's registry entry knows its turns) and masks every text with
+:func:`~dspy_for.secrets.redact` into plain data; :func:`build_trace` makes the trace (its info with the assessments,
+and its spans) from that. Traces are stored many per store transaction (:func:`write_traces`, through
+:mod:`dspy_for.compat.mlflow_batch`), not through MLflow's span exporter (a write per span and per assessment).
+:func:`log_item_trace` raises on a failure: the sink turns it into a warning, so tracing never fails a comparison.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +68,8 @@ __all__ = [
     "TOKENS",
     "Assessor",
     "TraceContext",
+    "build_trace",
+    "item_payload",
     "log_dataset",
     "log_item_trace",
     "log_item_traces",
@@ -73,6 +77,7 @@ __all__ = [
     "outcome_assessments",
     "trace_context",
     "usage_assessments",
+    "write_traces",
 ]
 
 _MAX_METADATA = 250  # what every MLflow store keeps of a trace metadata value
@@ -83,6 +88,7 @@ _PREVIEW = 1000  # what MLflow keeps of a request or response preview
 def trace_context(run: PreparedRun, run_id: str) -> TraceContext:
     """What every trace of ``run`` on MLflow run ``run_id`` shares (call once per run). Raises
     :class:`~dspy_for.errors.MissingDependencyError` on an MLflow without the internals tracing uses."""
+    import mlflow
     from mlflow.tracking import MlflowClient
 
     compat.check_supported()
@@ -94,6 +100,7 @@ def trace_context(run: PreparedRun, run_id: str) -> TraceContext:
         metric=redact(str(getattr(metric, "__name__", None) or type(metric).__name__)),
         run_id=run_id,
         experiment_id=str(MlflowClient().get_run(run_id).info.experiment_id),
+        tracking_uri=mlflow.get_tracking_uri(),
         client=compat.tracing_client(),
     )
 
@@ -106,41 +113,49 @@ def log_item_trace(ctx: TraceContext, landed: Landed, *, assessors: Sequence[Ass
 def log_item_traces(
     ctx: TraceContext, landed: Sequence[Landed], *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS
 ) -> None:
-    """Write the traces of several landed records: each trace's info, then the spans of all of them in one store
-    call (MLflow groups them by trace); raises if the store refuses them."""
+    """Write the traces of several landed records in one store transaction; raises if the store refuses any (the
+    others are kept)."""
+    failed = write_traces(ctx, [build_trace(ctx, item_payload(x, ctx.method), assessors) for x in landed])
+    if failed:
+        raise next(iter(failed.values()))
+
+
+def write_traces(ctx: TraceContext, built: Sequence[tuple[TraceInfo, list[Span]]]) -> dict[int, Exception]:
+    """Store traces made by :func:`build_trace` (many per transaction, :mod:`dspy_for.compat.mlflow_batch`); the
+    ones not stored, by index, with why."""
+    from dspy_for.compat.mlflow_batch import write_traces as write
+
     client = ctx.client if ctx.client is not None else compat.tracing_client()
-    built = [
-        (compat.start_trace(client, info), spans) for info, spans in (_build_trace(ctx, x, assessors) for x in landed)
-    ]
-    for info, spans in built:
-        if not spans:  # no measured time to put a span on: an empty span list (MLflow skips a trace with none stored)
-            compat.upload_spans(client, info, [])
-    spans = [s for _, trace_spans in built for s in trace_spans]
-    if not spans:
-        return
-    try:
-        compat.log_spans(client, str(ctx.experiment_id), spans)
-    except Exception as exc:
-        if not (isinstance(exc, NotImplementedError) or "not supported" in str(exc)):
-            raise
-        for info, trace_spans in built:  # a store that keeps spans as artifacts (a file store, an old server)
-            if trace_spans:
-                compat.upload_spans(client, info, trace_spans)
+    return write(client, str(ctx.experiment_id), built)
 
 
-def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor]) -> tuple[TraceInfo, list[Span]]:
-    """The trace's info (with its assessments) and its finished spans, every text masked."""
+def item_payload(landed: Landed, method: str | None) -> dict[str, Any]:
+    """What :func:`build_trace` needs of one landed record, as plain data with every text masked: the record, each LM
+    call's span (named by ``method``'s registry entry, :func:`~.spans.call_spans`: its name, what it sent and
+    returned, its attributes, error and times) and whether it was reused."""
+    calls = call_spans(landed.item, () if landed.reused else landed.calls, method)
+    item, shown = _masked(landed.item, calls)
+    for show, c in zip(shown, calls, strict=True):
+        show.update(start_ns=c.start_ns, end_ns=c.end_ns, chat=c.chat)
+    return {"item": item, "calls": shown, "reused": landed.reused}
+
+
+def build_trace(
+    ctx: TraceContext, payload: Mapping[str, Any], assessors: Sequence[Assessor] = DEFAULT_ASSESSORS
+) -> tuple[TraceInfo, list[Span]]:
+    """One trace from :func:`item_payload`: its info (with its assessments) and its finished spans."""
     from mlflow.entities import TraceInfo, TraceLocation, TraceState
 
-    calls = call_spans(landed.item, () if landed.reused else landed.calls, ctx.method)
-    item, shown = _masked(landed.item, calls)
+    from dspy_for.experiments.core import ItemResult
+
+    item, calls, reused = ItemResult(**payload["item"]), list(payload["calls"]), bool(payload["reused"])
     kind = outcome(item)
-    reused_from = item.origin if landed.reused else None
+    reused_from = item.origin if reused else None
     inputs = {"question": item.question}
     outputs = None if item.failed else jsonable(item.prediction)
     usage = usage_attribute(item.usage.get("total", {}))
     times = _root_times(item, calls)
-    spans = [] if times is None else _spans(ctx, item, calls, shown, times, landed.reused, reused_from, usage)
+    spans = [] if times is None else _spans(ctx, item, calls, times, reused, reused_from, usage)
     trace_id = spans[0].trace_id if spans else compat.new_trace_id()
 
     request, response = json.dumps(inputs, ensure_ascii=False), json.dumps(outputs, ensure_ascii=False, default=str)
@@ -157,7 +172,7 @@ def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor
             "dspy_for.label": _cut(ctx.label, _MAX_METADATA),
             "dspy_for.method": ctx.method,
             "dspy_for.dataset": _cut(ctx.dataset, _MAX_METADATA),
-            "dspy_for.reused": str(landed.reused).lower(),
+            "dspy_for.reused": str(reused).lower(),
             **({"dspy_for.reused_from": reused_from} if reused_from else {}),
             **({"dspy_for.timing": _no_timing(item)} if times is None else {}),
         }
@@ -167,7 +182,7 @@ def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor
         "dspy_for.item": _cut(item.id, _MAX_TAG),
         "dspy_for.epoch": str(item.epoch),  # one trace per epoch of an item (epochs = k)
         "dspy_for.outcome": kind,
-        "dspy_for.reused": str(landed.reused).lower(),
+        "dspy_for.reused": str(reused).lower(),
         **({"dspy_for.reused_from": reused_from} if reused_from else {}),
     }
     if item.error_class:
@@ -193,8 +208,7 @@ def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor
 def _spans(
     ctx: TraceContext,
     item: ItemResult,
-    calls: list[CallSpan],
-    shown: list[dict[str, Any]],
+    calls: list[dict[str, Any]],
     times: tuple[int, int],
     reused: bool,
     reused_from: str | None,
@@ -206,7 +220,7 @@ def _spans(
     start_ns, end_ns = times
     root = compat.start_live_span(ctx.label, start_ns=start_ns, span_type=SpanType.CHAIN)
     root.set_inputs({"question": item.question})
-    untimed = sum(1 for c in calls if c.start_ns is None or c.end_ns is None)
+    untimed = sum(1 for c in calls if c["start_ns"] is None or c["end_ns"] is None)
     root.set_attributes(
         jsonable(
             {
@@ -227,18 +241,18 @@ def _spans(
         )
     )
     finished = []
-    for call, show in zip(calls, shown, strict=True):
-        if call.start_ns is None or call.end_ns is None:
+    for show in calls:
+        if show["start_ns"] is None or show["end_ns"] is None:
             continue  # a call without its times (a record made by hand) has no place on the timeline
-        span_type = SpanType.CHAT_MODEL if call.chat else SpanType.LLM
-        child = compat.start_live_span(show["name"], start_ns=call.start_ns, span_type=span_type, parent=root)
+        span_type = SpanType.CHAT_MODEL if show["chat"] else SpanType.LLM
+        child = compat.start_live_span(show["name"], start_ns=show["start_ns"], span_type=span_type, parent=root)
         if show["inputs"] is not None:
             child.set_inputs(show["inputs"])
         child.set_attributes(show["attributes"])
         if show["error"]:
             child.record_exception(show["error"])
         status = "ERROR" if show["error"] else "OK"
-        compat.end_live_span(child, outputs=show["outputs"], status=status, end_ns=call.end_ns)
+        compat.end_live_span(child, outputs=show["outputs"], status=status, end_ns=show["end_ns"])
         finished.append(compat.finished_span(child))
     if item.failed:
         root.record_exception(str(item.error))
@@ -247,11 +261,11 @@ def _spans(
     return [compat.finished_span(root), *finished]
 
 
-def _root_times(item: ItemResult, calls: list[CallSpan]) -> tuple[int, int] | None:
+def _root_times(item: ItemResult, calls: list[dict[str, Any]]) -> tuple[int, int] | None:
     """The item's measured start and end (ns): from its recorded start for its wall time, widened to any call
     that ended later (a judge's); from its first call when its start was not recorded; None when neither is."""
-    starts = [c.start_ns for c in calls if c.start_ns is not None]
-    ends = [c.end_ns for c in calls if c.end_ns is not None]
+    starts = [c["start_ns"] for c in calls if c["start_ns"] is not None]
+    ends = [c["end_ns"] for c in calls if c["end_ns"] is not None]
     if item.started_at is not None:
         start = int(item.started_at * 1e9)
         end = start + int(item.wall_time * 1e9)
@@ -262,10 +276,9 @@ def _root_times(item: ItemResult, calls: list[CallSpan]) -> tuple[int, int] | No
     return min([start, *starts]), max([end, *ends])
 
 
-def _masked(item: ItemResult, calls: list[CallSpan]) -> tuple[ItemResult, list[dict[str, Any]]]:
-    """``item`` and what each call's span shows, every text masked (one scan when nothing needs masking)."""
-    from dspy_for.experiments.core import ItemResult
-
+def _masked(item: ItemResult, calls: list[CallSpan]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``item`` (as a dict) and what each call's span shows, every text masked (one scan when nothing needs
+    masking)."""
     data: dict[str, Any] = {
         "item": asdict(item),
         "calls": [
@@ -275,8 +288,7 @@ def _masked(item: ItemResult, calls: list[CallSpan]) -> tuple[ItemResult, list[d
     }
     if needs_redaction(data):
         data = redact_obj(data)
-        item = ItemResult(**data["item"])
-    return item, data["calls"]
+    return data["item"], data["calls"]
 
 
 def _no_timing(item: ItemResult) -> str:

@@ -32,7 +32,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlparse
 
-from dspy_for._offline import OFFLINE_ENV
+from dspy_for._offline import OFFLINE_ENV, QUIET_ENV
 from dspy_for.errors import DspyForError
 from dspy_for.experiments.tracking.store import default_tracking_uri
 
@@ -44,10 +44,7 @@ UI_FORCED_ENV: dict[str, str] = dict(OFFLINE_ENV)
 #: no usage telemetry sent to MLflow, and no job runner (7 huey consumer processes for GenAI scorer
 #: jobs, which call hosted LMs; it also triples the start-up time on 2 cores). Set
 #: ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true`` to get it back.
-UI_DEFAULT_ENV: dict[str, str] = {
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-}
+UI_DEFAULT_ENV: dict[str, str] = {**QUIET_ENV, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 UI_ENV: dict[str, str] = {**UI_DEFAULT_ENV, **UI_FORCED_ENV}
 
 STOP_GRACE_SECONDS = 8.0

@@ -1,0 +1,352 @@
+"""Per-item traces written off the run's interpreter lock: one trace writer per process, shared by every sink::
+
+    writer = trace_writer()                       # started on first use
+    sink = writer.open(ctx)                       # one per MLflow run (a sink)
+    writer.add(sink, item_payload(landed, ...))   # as each record lands: plain data, every text masked
+    writer.wait(sink)                             # every trace added so far stored, or warned about by its item
+
+The writer is a **process** of its own (``python -c`` :data:`_BOOT`, in a session of its own, so Ctrl-C in the
+terminal stops the run, not the writer): the threads waiting on the LM never share an interpreter lock with the
+tracking store's work — building each trace, and storing the traces many per store transaction
+(:func:`~.traces.write_traces`) as they arrive. It reads everything sent as it is sent (a thread of its own, started
+before its imports), stores what it has as soon as it can (each batch committed: at most :data:`BATCH` traces, one
+transaction) and says which are stored; after the run's process is gone (killed), it stores what it received, then
+exits. So an interrupted or killed run keeps the trace of every record it landed (the sink is given a record before
+the results store). A trace the store refuses is a warning naming its item; after :data:`GIVE_UP` failed batches of
+one run the writer stops trying that run (each item still gets its warning).
+
+Where no process can start, or with ``DSPY_FOR_TRACE_WRITER=thread``, the writer is a thread of the run's process
+instead (the same batches; what it had not stored yet is lost if the process is killed). A writer process that dies
+hands every trace it had not stored to such a thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import pickle
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dspy_for.experiments.tracking.assessments import TraceContext
+from dspy_for.secrets import redact
+
+__all__ = ["BATCH", "GIVE_UP", "MODE_ENV", "TraceWriter", "serve", "trace_writer"]
+
+logger = logging.getLogger("dspy_for.tracing")
+
+#: ``process`` (default) or ``thread``: where traces are written
+MODE_ENV = "DSPY_FOR_TRACE_WRITER"
+#: the most traces stored in one transaction
+BATCH = 256
+#: failed batches of one run after which the writer stops trying it (each item still gets its warning)
+GIVE_UP = 3
+#: how long waiting for the writer may see no progress before its traces are reported as not confirmed
+STALL_SECONDS = 120.0
+
+#: the writer process's start: read everything sent from the first moment (a thread), then import and serve
+_BOOT = """
+import sys, threading, queue
+from multiprocessing.connection import Connection
+conn, inbox = Connection(int(sys.argv[1])), queue.SimpleQueue()
+def read():
+    while True:
+        try:
+            inbox.put(conn.recv_bytes())
+        except (EOFError, OSError):
+            inbox.put(None)
+            return
+threading.Thread(target=read, daemon=True).start()
+from dspy_for.experiments.tracking.writer import serve
+serve(conn, inbox)
+"""
+
+
+# ------------------------------------------------------------------------------------------ the writing
+
+
+class _Batcher:
+    """What either writer runs on what it receives, in order: ``("open", sink, context)`` and ``("trace", sink, seq,
+    payload)``; every batch of one sink's traces is stored in one transaction and answered ``("done", sink, seq,
+    failures)`` through ``reply``."""
+
+    def __init__(self, reply: Callable[[tuple[Any, ...]], None]) -> None:
+        self.reply = reply
+        self.contexts: dict[int, TraceContext | Exception] = {}
+        self.failed_batches: dict[int, int] = {}
+
+    def handle(self, messages: list[tuple[Any, ...]]) -> None:
+        traces: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+        for message in messages:
+            if message[0] == "open":
+                self.contexts[message[1]] = _context(message[2])
+            else:
+                traces.setdefault(message[1], []).append((message[2], message[3]))
+        for sink, items in traces.items():
+            for i in range(0, len(items), BATCH):
+                self._write(sink, items[i : i + BATCH])
+
+    def _write(self, sink: int, items: list[tuple[int, dict[str, Any]]]) -> None:
+        from dspy_for.experiments.tracking.traces import build_trace, write_traces
+
+        ctx = self.contexts.get(sink, RuntimeError("no run to write to"))
+        why: dict[int, str] = {}
+        if isinstance(ctx, Exception):
+            why = dict.fromkeys(range(len(items)), _text(ctx))
+        elif self.failed_batches.get(sink, 0) >= GIVE_UP:
+            why = dict.fromkeys(range(len(items)), f"not tried after {GIVE_UP} failed writes")
+        else:
+            built, where = [], []
+            for i, (_, payload) in enumerate(items):
+                try:
+                    built.append(build_trace(ctx, payload))
+                    where.append(i)
+                except Exception as exc:
+                    why[i] = _text(exc)
+            try:
+                refused = write_traces(ctx, built)
+            except Exception as exc:
+                refused = dict.fromkeys(range(len(built)), exc)
+            why.update({where[j]: _text(exc) for j, exc in refused.items()})
+            if len(why) == len(items):
+                self.failed_batches[sink] = self.failed_batches.get(sink, 0) + 1
+        failures = [(str(items[i][1]["item"]["id"]), text) for i, text in sorted(why.items())]
+        self.reply(("done", sink, items[-1][0], failures))
+
+
+def _context(fields: dict[str, Any] | TraceContext) -> TraceContext | Exception:
+    """A sink's context as the writer uses it: its own (a thread), or rebuilt with a client of the run's tracking store
+    (a process)."""
+    if isinstance(fields, TraceContext):
+        return fields
+    try:
+        from dspy_for.compat import mlflow as compat
+
+        compat.check_supported()
+        return TraceContext(**fields, client=compat.tracing_client(fields["tracking_uri"]))
+    except Exception as exc:
+        return exc
+
+
+def _text(exc: BaseException) -> str:
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
+def serve(conn: Any, inbox: queue.SimpleQueue[bytes | None]) -> None:
+    """The writer process: handle what arrives (``inbox``: raw messages, None once the run's process closed its end)
+    in batches of all that is there, until closed."""
+    logging.basicConfig(level=logging.WARNING, format="dspy-for trace writer: %(levelname)s %(name)s: %(message)s")
+    lock = threading.Lock()
+
+    def reply(message: tuple[Any, ...]) -> None:
+        with lock, contextlib.suppress(OSError):  # the run's process is gone: what is stored stays stored
+            conn.send(message)
+
+    batcher = _Batcher(reply)
+    while True:
+        raw = _waiting(inbox)
+        batcher.handle([pickle.loads(r) for r in raw if r is not None])
+        if None in raw:
+            return
+
+
+def _waiting(inbox: queue.SimpleQueue[Any]) -> list[Any]:
+    """What waits in ``inbox``: at least one message (waited for), at most :data:`BATCH`."""
+    got = [inbox.get()]
+    while len(got) < BATCH:
+        try:
+            got.append(inbox.get_nowait())
+        except queue.Empty:
+            break
+    return got
+
+
+# -------------------------------------------------------------------------------------------- the run's side
+
+
+@dataclass
+class _Sink:
+    context: TraceContext
+    sent: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> payload, until stored (or refused)
+    next_seq: int = 0
+
+
+class TraceWriter:
+    """The run's side of the process's trace writer (see the module docstring): ``process`` or ``thread``."""
+
+    def __init__(self, mode: str) -> None:
+        self.pid = os.getpid()
+        self._sinks: dict[int, _Sink] = {}
+        self._lock = threading.Condition()  # the sinks' state; replies come in on another thread
+        self._send_lock = threading.Lock()  # messages leave in order, one at a time
+        self._progress = time.monotonic()
+        self._closing = False
+        self._process: subprocess.Popen[bytes] | None = None
+        self._send: Callable[[tuple[Any, ...]], None]
+        if mode == "process":
+            try:
+                self._send = self._start_process()
+                return
+            except Exception as exc:  # no process can start here: a thread writes
+                logger.info("no trace writer process (%s): traces are written in this process", _text(exc))
+        self._send = self._start_thread()
+
+    @property
+    def mode(self) -> str:
+        return "process" if self._process is not None and self._process.poll() is None else "thread"
+
+    def open(self, context: TraceContext) -> int:
+        with self._send_lock:
+            with self._lock:
+                sink = len(self._sinks)
+                self._sinks[sink] = _Sink(context)
+            self._post(("open", sink, self._context_for(context)))
+        return sink
+
+    def add(self, sink: int, payload: dict[str, Any]) -> None:
+        with self._send_lock:
+            with self._lock:
+                s = self._sinks[sink]
+                seq, s.next_seq = s.next_seq, s.next_seq + 1
+                s.sent[seq] = payload
+            self._post(("trace", sink, seq, payload))
+
+    def wait(self, sink: int) -> None:
+        """Until every trace added to ``sink`` is stored or warned about (or the writer made no progress for
+        :data:`STALL_SECONDS`: each is then warned about as not confirmed)."""
+        with self._lock:
+            s = self._sinks[sink]
+            while s.sent and time.monotonic() - self._progress < STALL_SECONDS:
+                self._lock.wait(timeout=1.0)
+            for payload in s.sent.values():
+                _warn(s.context, str(payload["item"]["id"]), f"not confirmed stored after {STALL_SECONDS:.0f} s")
+            s.sent.clear()
+
+    # ----------------------------------------------------------------------------------------- writers
+
+    def _post(self, message: tuple[Any, ...]) -> None:
+        with contextlib.suppress(OSError):  # the writer process is gone: the failover sends it again
+            self._send(message)
+
+    def _context_for(self, context: TraceContext) -> TraceContext | dict[str, Any]:
+        """A sink's context as its writer takes it: itself (a thread), or its fields (a process, which makes its
+        own client of the run's tracking store)."""
+        if self._process is None:
+            return context
+        fields = {k: v for k, v in vars(context).items() if k != "client"}
+        fields["tracking_uri"] = context.tracking_uri or getattr(context.client, "tracking_uri", None)
+        return fields
+
+    def _done(self, message: tuple[Any, ...]) -> None:
+        """A batch stored (``done``, sink, its last seq, its failures): warned about, forgotten, waiters woken."""
+        _, sink, seq, failures = message
+        with self._lock:
+            s = self._sinks[sink]
+            for key in [k for k in s.sent if k <= seq]:
+                del s.sent[key]
+            for item, why in failures:
+                _warn(s.context, item, why)
+            self._progress = time.monotonic()
+            self._lock.notify_all()
+
+    def _start_thread(self) -> Callable[[tuple[Any, ...]], None]:
+        inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        batcher = _Batcher(self._done)
+
+        def write() -> None:
+            while True:
+                batcher.handle(_waiting(inbox))
+
+        threading.Thread(target=write, name="dspy-for-traces", daemon=True).start()
+        return inbox.put
+
+    def _start_process(self) -> Callable[[tuple[Any, ...]], None]:
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[3])  # where this dspy_for is imported from
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+        conn = Connection(os.dup(ours.fileno()))  # ``ours`` kept: shutting it down is the writer's end-of-input
+
+        def send(message: tuple[Any, ...]) -> None:
+            conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+        def read() -> None:
+            with contextlib.suppress(EOFError, OSError):
+                while True:
+                    self._done(conn.recv())
+            self._failover()
+
+        threading.Thread(target=read, name="dspy-for-trace-replies", daemon=True).start()
+        atexit.register(self._close, ours)
+        return send
+
+    def _failover(self) -> None:
+        """The writer process is gone: a thread writes from now on, beginning with every trace not stored yet."""
+        with self._send_lock:
+            if self._closing or self.pid != os.getpid():
+                return
+            code = self._process.poll() if self._process is not None else None
+            logger.warning("the trace writer process stopped (exit %s): traces are written in this process", code)
+            self._process = None
+            self._send = self._start_thread()
+            with self._lock:
+                again = [(sink, s.context, sorted(s.sent.items())) for sink, s in self._sinks.items()]
+            for sink, context, sent in again:
+                self._send(("open", sink, context))
+                for seq, payload in sent:
+                    self._send(("trace", sink, seq, payload))
+
+    def _close(self, ours: socket.socket) -> None:
+        """At exit: the writer process is told there is nothing more (its input ends) and ends; while it still holds
+        traces not stored (a sink that never waited for them), it is waited for, at most :data:`STALL_SECONDS`."""
+        if self.pid != os.getpid() or self._process is None:
+            return
+        self._closing = True
+        with contextlib.suppress(OSError):
+            ours.shutdown(socket.SHUT_WR)
+        with self._lock:
+            pending = any(s.sent for s in self._sinks.values())
+        if pending:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=STALL_SECONDS)
+
+
+def _warn(context: TraceContext, item: str, why: str) -> None:
+    logger.warning(
+        "could not log the trace of item %s of %s on %s to MLflow: %s",
+        item,
+        context.label,
+        context.dataset,
+        redact(why),
+    )
+
+
+_WRITER: dict[str, TraceWriter] = {}
+_WRITER_LOCK = threading.Lock()
+
+
+def trace_writer() -> TraceWriter:
+    """This process's trace writer, started on first use (a new one in a forked child: its parent's is not its own)."""
+    with _WRITER_LOCK:
+        writer = _WRITER.get("writer")
+        if writer is None or writer.pid != os.getpid():
+            mode = os.environ.get(MODE_ENV, "process").strip().lower()
+            writer = _WRITER["writer"] = TraceWriter("thread" if mode == "thread" else "process")
+        return writer
