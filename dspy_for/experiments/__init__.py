@@ -36,7 +36,8 @@ from dspy_for.experiments.core import (
 from dspy_for.experiments.core.outcome import RunOutcome
 from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.recheck import Recheck
-from dspy_for.experiments.core.summary import Summary, summarize
+from dspy_for.experiments.core.summarize import summarize
+from dspy_for.experiments.core.summary import Summary
 from dspy_for.experiments.methods import MethodEntry, build_method, get_method, list_methods, register_method
 from dspy_for.experiments.results import load_results
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_spec

@@ -23,7 +23,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -69,6 +69,8 @@ class OpenCell:
     run_id: str | None
     evaluation: Evaluation
     own_run: bool  # the run started ``run_id`` for this cell (and ends it)
+    store: Path | None = None  # the results file its records are kept in
+    traces: Mapping[str, str] = field(default_factory=dict)  # each record's MLflow trace, as its sink writes it
 
     @property
     def label(self) -> str:
@@ -76,7 +78,10 @@ class OpenCell:
 
     @property
     def result(self) -> MethodResult:
-        return self.evaluation.result
+        """Its records so far, with where they are kept and each one's trace in this run."""
+        result = self.evaluation.result
+        traces = {i.key: t for i in result.items if (t := self.traces.get(i.key)) is not None}
+        return replace(result, store=self.store, trace_ids=traces)
 
 
 class TrackedRun:
@@ -185,9 +190,10 @@ class TrackedRun:
         results = self._results_store(run)
         if results is not None:
             self._stack.enter_context(results.exclusive())
-        sinks = [MlflowSink(run, child, end_run=False)] if child is not None else []
-        ev = Evaluation(run, store=results, sinks=sinks, progress=self._progress, origin=child)
-        cell = OpenCell(run, child, ev, own)
+        sink = MlflowSink(run, child, end_run=False) if child is not None else None
+        ev = Evaluation(run, store=results, sinks=[sink] if sink else [], progress=self._progress, origin=child)
+        store_path = results.path if results is not None else None
+        cell = OpenCell(run, child, ev, own, store_path, sink.trace_ids if sink is not None else {})
         self._open.append(cell)
         return cell
 

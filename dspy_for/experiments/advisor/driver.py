@@ -349,7 +349,7 @@ def _finish(advice: Advice, started: float, tracked: TrackedRun) -> None:
     advice.items_used = len(keys)
     if advice.volume is not None:
         advice.at_volume = volume_rows(advice)
-        advice.breakeven = volume_breakeven(advice, advice.at_volume)
+        advice.breakeven = volume_breakeven(advice)
     advice.elapsed = time.monotonic() - started
     parent = tracked.run_id
     assert parent is not None

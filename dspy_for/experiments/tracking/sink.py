@@ -22,7 +22,7 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.core.summarize import summarize
 from dspy_for.experiments.tracking import store, traces
 from dspy_for.secrets import redact
 
@@ -51,6 +51,8 @@ class MlflowSink:
         self._context: Any = None
         self._trace_errors = 0
         self._queue: queue.Queue[Any] = queue.Queue()
+        #: each written trace's id, by record key (an evaluation reads it: ``Evaluation.trace_ids``)
+        self.trace_ids: dict[str, str] = {}
         self._writer: threading.Thread | None = None
         if trace:
             try:
@@ -82,7 +84,7 @@ class MlflowSink:
             elif landed:
                 try:
                     with _WRITING:
-                        traces.log_item_traces(self._context, landed)
+                        self.trace_ids.update(traces.log_item_traces(self._context, landed))
                 except Exception as exc:  # a warning per item whose trace is missing, however they were batched
                     self._trace_errors += 1
                     for x in landed:

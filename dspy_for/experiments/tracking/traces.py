@@ -98,16 +98,18 @@ def trace_context(run: PreparedRun, run_id: str) -> TraceContext:
     )
 
 
-def log_item_trace(ctx: TraceContext, landed: Landed, *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS) -> None:
-    """Write the trace of one landed record (see the module docstring); raises if the store refuses it."""
-    log_item_traces(ctx, [landed], assessors=assessors)
+def log_item_trace(ctx: TraceContext, landed: Landed, *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS) -> str:
+    """Write the trace of one landed record (see the module docstring) and return its id; raises if the store
+    refuses it."""
+    return log_item_traces(ctx, [landed], assessors=assessors)[landed.item.key]
 
 
 def log_item_traces(
     ctx: TraceContext, landed: Sequence[Landed], *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS
-) -> None:
+) -> dict[str, str]:
     """Write the traces of several landed records: each trace's info, then the spans of all of them in one store
-    call (MLflow groups them by trace); raises if the store refuses them."""
+    call (MLflow groups them by trace); raises if the store refuses them. Returns each record's trace id, by its
+    record key."""
     client = ctx.client if ctx.client is not None else compat.tracing_client()
     built = [
         (compat.start_trace(client, info), spans) for info, spans in (_build_trace(ctx, x, assessors) for x in landed)
@@ -115,9 +117,10 @@ def log_item_traces(
     for info, spans in built:
         if not spans:  # no measured time to put a span on: an empty span list (MLflow skips a trace with none stored)
             compat.upload_spans(client, info, [])
+    ids = {x.item.key: info.trace_id for x, (info, _) in zip(landed, built, strict=True)}
     spans = [s for _, trace_spans in built for s in trace_spans]
     if not spans:
-        return
+        return ids
     try:
         compat.log_spans(client, str(ctx.experiment_id), spans)
     except Exception as exc:
@@ -126,6 +129,7 @@ def log_item_traces(
         for info, trace_spans in built:  # a store that keeps spans as artifacts (a file store, an old server)
             if trace_spans:
                 compat.upload_spans(client, info, trace_spans)
+    return ids
 
 
 def _build_trace(ctx: TraceContext, landed: Landed, assessors: Sequence[Assessor]) -> tuple[TraceInfo, list[Span]]:
