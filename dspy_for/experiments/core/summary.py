@@ -99,9 +99,11 @@ class Summary:
             legend="acc: % with Wilson 95% CI",
             metric="accuracy",
         ),
-    ]
-    ci_low: Annotated[float | None, Measure("its 95% interval, low end", unit="proportion", metric="accuracy_ci_low")]
-    ci_high: Annotated[float | None, Measure("high end", unit="proportion", metric="accuracy_ci_high")]
+    ] = None
+    ci_low: Annotated[
+        float | None, Measure("its 95% interval, low end", unit="proportion", metric="accuracy_ci_low")
+    ] = None
+    ci_high: Annotated[float | None, Measure("high end", unit="proportion", metric="accuracy_ci_high")] = None
     #: against the baseline on the items both scored (matched by content)
     delta: Annotated[
         float | None,
@@ -132,11 +134,11 @@ class Summary:
             legend="tok/item: prompt+completion tokens per scored item, cache hits at their original cost",
             metric="tokens_per_item",
         ),
-    ]
+    ] = None
     calls_per_item: Annotated[
         float | None,
         Measure("LM calls per scored answer", unit="calls", aggregated=_PER_ANSWER, metric="calls_per_item"),
-    ]
+    ] = None
     reasoning_tokens_per_item: Annotated[
         float | None,
         Measure(
@@ -147,7 +149,7 @@ class Summary:
             legend_when="any",
             metric="reasoning_tokens_per_item",
         ),
-    ]
+    ] = None
     cost_per_item: Annotated[
         float | None,
         Measure(
@@ -163,7 +165,7 @@ class Summary:
             ),
             metric="cost_per_item_usd",
         ),
-    ]
+    ] = None
     seconds_per_item: Annotated[
         float | None,
         Measure(
@@ -175,7 +177,7 @@ class Summary:
             legend=_SECONDS,
             metric="seconds_per_item",
         ),
-    ]
+    ] = None
     seconds_lower_bound: Annotated[
         bool,
         Measure(
@@ -194,7 +196,7 @@ class Summary:
     spent_usd: Annotated[
         float | None,
         Measure("USD spent now; missing when an LM has no price", unit="USD", aggregated="sum", metric="cost_usd"),
-    ]
+    ] = None
     wall_time: Annotated[
         float,
         Measure(
