@@ -52,6 +52,7 @@ def summarize(result: MethodResult, baseline: MethodResult | None = None) -> Sum
         **(_paired(result, baseline) if measured else {}),
         tokens_per_item=result.tokens_per_item if measured else None,
         calls_per_item=result.calls_per_item if measured else None,
+        completion_tokens_per_item=(total.completion_tokens + total.cached_completion_tokens) / n if measured else None,
         reasoning_tokens_per_item=(total.reasoning_tokens + total.cached_reasoning_tokens) / n if measured else None,
         cost_per_item=cost_per_item,
         seconds_per_item=seconds if measured and not math.isnan(seconds) else None,

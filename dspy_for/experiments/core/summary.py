@@ -139,6 +139,16 @@ class Summary:
         float | None,
         Measure("LM calls per scored answer", unit="calls", aggregated=_PER_ANSWER, metric="calls_per_item"),
     ] = None
+    completion_tokens_per_item: Annotated[
+        float | None,
+        Measure(
+            "completion tokens per scored answer (how long the answers are; reasoning tokens included), cache hits at "
+            "their original size",
+            unit="tokens",
+            aggregated=_PER_ANSWER,
+            metric="completion_tokens_per_item",
+        ),
+    ] = None
     reasoning_tokens_per_item: Annotated[
         float | None,
         Measure(
