@@ -309,11 +309,16 @@ def _parquet(frame: pd.DataFrame, path: Path) -> None:
             "Parquet needs pyarrow: pip install 'dspy-for[notebook]' (or pip install pyarrow), or write .csv / .jsonl."
         ) from None
     out = frame.copy()
-    for name in out.columns:  # a column of mixed kinds (a number here, a text there) is written as text
-        kinds = {type(v) for v in out[name] if v is not None and v == v}
-        if out[name].dtype == object and len(kinds) > 1:
-            out[name] = [None if v is None or v != v else str(v) for v in out[name]]
+    for name in out.columns:  # an untyped column of mixed kinds (a number here, a text there) is written as text
+        if out[name].dtype != object:
+            continue
+        if len({type(v) for v in out[name] if not _missing(v)}) > 1:
+            out[name] = [None if _missing(v) else str(v) for v in out[name]]
     out.to_parquet(path, index=False)
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def export_results(

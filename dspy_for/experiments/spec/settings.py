@@ -26,6 +26,7 @@ from dspy_for.experiments.spec.data import positive_int
 from dspy_for.stats import check_reducer
 
 __all__ = [
+    "FINDS_RECORDS",
     "RUN_COMMANDS",
     "SETTINGS",
     "Setting",
@@ -36,9 +37,12 @@ __all__ = [
     "value_kind",
 ]
 
-#: the commands that run items and take run settings, in the order help and messages name them
-_ORDER = ("compare", "sweep", "advise")
-RUN_COMMANDS = frozenset(_ORDER)
+#: the commands that take run settings, in the order help and messages name them: those that run items, and
+#: ``export``, which finds a comparison's records by the settings that decide them
+_ORDER = ("compare", "sweep", "advise", "export")
+RUN_COMMANDS = frozenset(_ORDER[:3])
+#: the run commands and ``export``: a setting that decides which records a comparison keeps, or where
+FINDS_RECORDS = RUN_COMMANDS | {"export"}
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,7 @@ declare(
         int,
         1,
         "Repeats per item (each its own sample; needs a sampling temperature).",
+        commands=FINDS_RECORDS,
         metavar="N",
         check=positive_int,
     )
@@ -169,6 +174,7 @@ declare(
         str,
         "mean",
         "How an item's epochs make one value: mean (default), majority, pass_at_k.",
+        commands=FINDS_RECORDS,
         metavar="NAME",
         check=_reducer,
     )
@@ -192,7 +198,16 @@ declare(
         "would stop it. Builds no LM, makes no LM call.",
     )
 )
-declare(Setting("tracking_uri", str, None, "MLflow tracking URI (default: SQLite in mlruns/).", metavar="URI"))
+declare(
+    Setting(
+        "tracking_uri",
+        str,
+        None,
+        "MLflow tracking URI (default: SQLite in mlruns/).",
+        commands=FINDS_RECORDS,
+        metavar="URI",
+    )
+)
 declare(
     Setting(
         "results_dir",
@@ -200,7 +215,7 @@ declare(
         None,
         "Where per-item results are kept to resume and reuse (default mlruns/compare/items; compare and advise "
         "share it).",
-        commands=frozenset({"compare", "advise"}),
+        commands=frozenset({"compare", "advise", "export"}),
         metavar="DIR",
     )
 )
