@@ -9,7 +9,7 @@ import typer
 
 from dspy_for.cli_common import LM_FLAGS, SELECTION_FLAGS, console, fail, run_command, show_progress
 from dspy_for.errors import DspyForError
-from dspy_for.experiments.results import check_export, export_results
+from dspy_for.experiments.export import check_export, export_results
 from dspy_for.experiments.spec.config import Overrides
 
 __all__ = ["export"]

@@ -18,9 +18,9 @@ from dspy_for.cli import app
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import compare, load_results
 from dspy_for.experiments.core.prepare import prepare_run, result_key
+from dspy_for.experiments.export import write_frame
 from dspy_for.experiments.methods import list_methods
 from dspy_for.experiments.reports.table import table_text
-from dspy_for.experiments.results import write_frame
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig
 from dspy_for.testing import for_responder
 

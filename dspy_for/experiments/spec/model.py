@@ -14,13 +14,14 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeAlias, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import dspy
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import CompileSpec, check_compile, get_method
 from dspy_for.experiments.spec.checks import (
+    LMLike,
     check_compiles,
     check_epochs_sample,
     check_priced,
@@ -39,8 +40,6 @@ __all__ = ["DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "Pr
 __all__ += ["load_examples", "prompts_fingerprint"]
 
 DEFAULT_LM = "local/qwen2.5-coder-1.5b"
-#: an LM as a run names it: a model string (``openai/gpt-4.1-mini``, ``local/<name>``) or any ``dspy.BaseLM``
-LMLike: TypeAlias = str | dspy.BaseLM
 
 
 @dataclass
