@@ -4,11 +4,13 @@ here, imported lazily).
 ``dspy_for.experiments.compare(config, **overrides)``, ``dspy_for.experiments.sweep(config, **overrides)`` and
 ``dspy_for.experiments.advise(lm=..., budget=..., dataset=... | data=...)`` are the library calls behind
 ``dspy-for compare``, ``dspy-for sweep`` and ``dspy-for advise``; ``load_results(config)`` rebuilds a comparison's
-result from its stored records (no LM call; ``dspy-for export``), and every result has ``to_pandas(level=...)``.
+result from its stored records (no LM call; ``dspy-for export``; several configs: one :class:`ComparisonResults`),
+and every result has ``to_pandas(level=...)``.
 All three — and ``ask``, the sweep's final test and the measurement scripts — prepare each method with
 :func:`prepare_run` and stream its items through the run core (:func:`evaluate` / :class:`Evaluation`), whose
 records land in sinks as they finish; :func:`summarize` is the one record-to-summary function every table, MLflow
-run and sweep objective reads.
+run and sweep objective reads; every number it holds is declared once, where :class:`Summary` holds it
+(:mod:`.spec.measures`).
 
 What they return shares one shape (:class:`RunOutcome`: items scored, failed, unparsed, what was spent, whether
 ``max_cost`` stopped it, ok). Layout: :mod:`.spec` (the typed run specification, config parsing and the run
@@ -33,7 +35,7 @@ from dspy_for.experiments.core import (
     load_examples,
     prepare_run,
 )
-from dspy_for.experiments.core.outcome import RunOutcome
+from dspy_for.experiments.core.outcome import ComparisonResults, RunOutcome
 from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.recheck import Recheck
 from dspy_for.experiments.core.summarize import summarize
@@ -46,6 +48,7 @@ from dspy_for.experiments.sweeps import SweepResult, SweepSpec, load_sweep_spec,
 __all__ = [
     "Advice",
     "ComparisonResult",
+    "ComparisonResults",
     "DatasetConfig",
     "Evaluation",
     "ExperimentSpec",

@@ -5,12 +5,11 @@ finds the same run and traces in its tracking store, with no request to the endp
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 from conftest import CANARY_KEY
 from mlflow.tracking import MlflowClient
+from test_export_plain_lm import _config as export_config
 
 from dspy_for.experiments import compare, load_results
 
@@ -18,40 +17,16 @@ from dspy_for.experiments import compare, load_results
 WALL = ["wall_time", "reused_time", "serving_now"]
 
 
-def _config(tmp_path: Path, base_url: str) -> Path:
-    path = tmp_path / "frames.toml"
-    path.write_text(
-        f"""
-experiment = "frames"
-lm = "openai/test-model"
-lm_options = {{ api_base = "{base_url}", num_retries = 0, timeout = 10, price = {{ input = 0.5, output = 1.5 }} }}
-cache = false
-num_threads = 4
-baseline = "cot"
-tracking_uri = "sqlite:///{tmp_path}/mlruns/mlflow.db"
-results_dir = "{tmp_path}/results"
-[[datasets]]
-name = "gsm8k"
-split = "sample"
-first = 3
-[[methods]]
-name = "cot"
-[[methods]]
-name = "for"
-label = "for_n1"
-options = {{ rounds = 1 }}
-""",
-        encoding="utf-8",
-    )
-    return path
+#: the export test's comparison, traced, its LM priced, in an experiment of its own
+RUN = {"traces": True, "experiment": "frames", "lm_options": ["price={input = 0.5, output = 1.5}"]}
 
 
 def test_frames_of_a_run_against_an_endpoint_carry_their_provenance_and_types(fault_server, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     fault_server.model_snapshot, fault_server.system_fingerprint = "test-model-2026-01-01", "fp_frames"
-    config = _config(tmp_path, fault_server.base_url)
-    result = compare(str(config))
+    config = export_config(tmp_path, fault_server.base_url)
+    result = compare(str(config), **RUN)
     assert result.ok and result.config == str(config)
     items, cells, pairs = (result.to_pandas(level=level) for level in ("items", "cells", "pairs"))
     for frame in (items, cells, pairs):
@@ -73,7 +48,7 @@ def test_frames_of_a_run_against_an_endpoint_carry_their_provenance_and_types(fa
         assert group["cost"].mean() == pytest.approx(cells.set_index("method").loc[method, "cost_per_item"])
     # loaded back from the config: the same run, the same traces, no request
     asked = len(fault_server.requests)
-    loaded = load_results(config)
+    loaded = load_results(config, **RUN)
     assert len(fault_server.requests) == asked and loaded.run_id == result.run_id
     pd.testing.assert_frame_equal(loaded.to_pandas(), items)
     pd.testing.assert_frame_equal(loaded.to_pandas(level="cells").drop(columns=WALL), cells.drop(columns=WALL))
