@@ -1,5 +1,5 @@
-"""What a result reports, declared once: :class:`Summary` (one method's numbers on one dataset), its judge's
-(:class:`~dspy_for.experiments.core.judge_summary.JudgeSummary`).
+"""What a result reports, declared once: :class:`Summary`, one method's numbers on one dataset (with its judge's:
+:class:`~dspy_for.experiments.core.judge_summary.JudgeSummary`).
 
 Every number of a summary is a field whose annotation declares it as a
 :class:`~dspy_for.experiments.spec.measures.Measure` — its meaning, unit, aggregation, table column and legend,
