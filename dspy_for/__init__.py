@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dspy_for import _offline  # noqa: F401  (first: sets LITELLM_LOCAL_MODEL_COST_MAP before dspy/litellm)
-from dspy_for.errors import ConfigError, DatasetError, DspyForError, MissingDependencyError
+from dspy_for.errors import ConfigError, DatasetError, DspyForError, MissingDependencyError, PathError
 from dspy_for.lm import make_lm, resolve_lm, role, track_usage
 from dspy_for.modules import FORPrompting, ProRefine, SelfConsistency
 from dspy_for.optimizers import TextGrad, compile_program
@@ -16,6 +16,7 @@ __all__ = [
     "DspyForError",
     "FORPrompting",
     "MissingDependencyError",
+    "PathError",
     "ProRefine",
     "SelfConsistency",
     "TextGrad",

@@ -16,6 +16,7 @@ __all__ = [
     "ModelError",
     "ModelNotFoundError",
     "ModelNotPulledError",
+    "PathError",
     "ServerError",
     "require",
 ]
@@ -31,6 +32,11 @@ class ConfigError(DspyForError, ValueError):
 
 class DatasetError(DspyForError, ValueError):
     """A dataset is missing, empty, malformed or has no such split."""
+
+
+class PathError(ConfigError):
+    """A file or folder a run needs cannot be used as it is (a file where a folder belongs, a folder that cannot be
+    created or written, a file that is not UTF-8): the message names the path and the fix."""
 
 
 class ModelError(DspyForError):

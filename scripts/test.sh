@@ -14,7 +14,8 @@ if [ -z "${DSPY_FOR_CACHE_DIR:-}" ]; then
   trap 'rm -rf "$DSPY_FOR_CACHE_DIR"' EXIT
 fi
 # Without a selection of your own (-m, -k, -n, -p, a path or a node id), the unit tests run on two pytest-xdist
-# workers, then the llm tests on one (they share the one local server, which uses every core)
+# workers, then the llm tests on two as well: they share the one local server per model, whose parallel slots answer
+# both workers' requests side by side
 selects=0
 for arg in "$@"; do
   case "$arg" in -m|-m*|-k|-k*|-n|-n*|-p|-p*|--numprocesses*|tests*|*.py|*::*) selects=1 ;; esac
@@ -36,6 +37,6 @@ fi
 unit=0
 llm=0
 run -m "not llm" -n 2 "$@" || unit=$?
-run -m llm "$@" || llm=$?
+run -m llm -n 2 "$@" || llm=$?
 if [ "$unit" -ne 0 ]; then exit "$unit"; fi
 exit "$llm"

@@ -9,7 +9,7 @@ real up to its first step past validation, where a stand-in stops it: ``compare`
 :func:`~dspy_for.experiments.spec.config.load_spec`), ``sweep`` at opening the study (after
 :func:`~dspy_for.experiments.sweeps.spec.load_sweep_spec` and its own checks), ``advise`` at loading the items,
 ``ask`` at building the LMs, ``export`` at finding the results directory (after the config, ``--to`` and
-``--level`` are checked); ``models``, ``serve`` and ``ui`` parse their flags only. No LM is called, no server
+``--level`` are checked); ``models`` (``build-server`` too), ``serve`` and ``ui`` parse their flags only. No LM is called, no server
 started, nothing downloaded, no dataset read (placeholder data directories such as ``DATA_DIR`` are never
 opened; a placeholder ``--data FILE.jsonl`` or ``--train FILE.jsonl`` that does not exist is replaced by a two-line
 file of that name).
@@ -243,6 +243,7 @@ def validate_only(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(cli_models, "serve_forever", _stand_in(reached, "serve", check=get_model))
     monkeypatch.setattr(cli_models, "pull_model", _stand_in(reached, "models pull", check=get_model))
     monkeypatch.setattr(cli_models, "list_models", _stand_in(reached, "models list"))
+    monkeypatch.setattr(cli_models, "build_server", _stand_in(reached, "models build-server"))
     # never, whatever the code path
     read_rows = loaders._load_rows
 

@@ -206,7 +206,8 @@ def lm_option_defaults() -> dict[str, Any]:
         "max_tokens": lm_options.DEFAULT_MAX_TOKENS,
         "temperature": lm_options.lm_defaults("openai/gpt-4.1-mini", {})["temperature"],
         "n_ctx": server.DEFAULT_N_CTX,
-        "prompt_cache": False,
+        "prompt_cache": True,
+        "slots": lm_options.DEFAULT_SLOTS,
     }
     return {k: defaults.get(k) for k in keys}
 
@@ -214,7 +215,10 @@ def lm_option_defaults() -> dict[str, Any]:
 def cli_flags(command: str) -> set[str]:
     """The command's own flags (not those of its run settings, which have their own table; nor hidden ones)."""
     group = typer.main.get_command(cli.app)
-    params = group.commands[command].params  # type: ignore[attr-defined]
+    *groups, name = command.split()  # a subcommand: "models build-server"
+    for word in groups:
+        group = group.commands[word]  # type: ignore[attr-defined]
+    params = group.commands[name].params  # type: ignore[attr-defined]
     settings = {p for p in params if p.name in SETTINGS}
     return {
         p.opts[0]
@@ -276,9 +280,9 @@ def test_lm_options_and_defaults() -> None:
     check_section("lm_options", lm_option_defaults())
 
 
-@pytest.mark.parametrize("command", ["compare", "sweep", "advise", "ask", "export"])
+@pytest.mark.parametrize("command", ["compare", "sweep", "advise", "ask", "export", "serve", "models build-server"])
 def test_every_flag(command: str) -> None:
-    check_section(f"flags.{command}", dict.fromkeys(cli_flags(command)), defaults=False)
+    check_section(f"flags.{command.split()[-1]}", dict.fromkeys(cli_flags(command)), defaults=False)
 
 
 def test_the_run_settings_table_is_made_from_their_declarations() -> None:

@@ -13,6 +13,9 @@
 - :func:`is_openai_reasoning_model`: DSPy's rule for the models that take only temperature 1.
 - :func:`find_history_entry`: the history entry DSPy's ``finalize`` appended to ``lm.history`` for one
   call, found by the identity of the outputs the call returned (entry keys ``outputs``/``response``/``usage``).
+- :func:`attribute_path`: where a module sits in the program being called (``solver.debate.debater``), read from the
+  modules whose calls are running in this thread (DSPy's ``settings.caller_modules``, which ``Module.__call__``
+  extends), to name a role by its place in a user's program.
 - :func:`refine_hint`: ``dspy.Refine``'s advice for one predictor on a retry, read from the closure of the
   ``WrapperAdapter`` that ``Refine.forward`` installs (``adapter``, ``advice``, ``signature2name``). Refine finds a
   predictor by the identity of the signature it is called with, so a call with a signature of its own (ProRefine's
@@ -24,6 +27,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import types
 from collections.abc import Mapping
@@ -46,6 +50,7 @@ __all__ = [
     "UnsupportedDSPyError",
     "UsageKeepingCache",
     "acall_once",
+    "attribute_path",
     "call_once",
     "call_with_messages",
     "check_supported",
@@ -152,6 +157,21 @@ def find_history_entry(lm: Any, outputs: Any) -> dict[str, Any] | None:
             if isinstance(entry, dict) and (entry.get("outputs") is outputs or entry.get("response") is outputs):
                 return entry
     return None
+
+
+def attribute_path(module: Any) -> str | None:
+    """Where ``module`` sits in the program being called (``solver.debate.debater``): its attribute path from the
+    outermost module being called that holds it, through each module calling it; None outside such a call."""
+    chain = list(getattr(dspy.settings, "caller_modules", None) or [])
+    if not chain or chain[-1] is not module:
+        chain.append(module)
+    parts: list[str] = []
+    for parent, child in reversed(list(itertools.pairwise(chain))):
+        name = next((n for n, m in parent.named_sub_modules() if m is child and n != "self"), None)
+        if name is None:  # a copy its caller made (dspy.BestOfN's attempts): the path starts below it
+            break
+        parts.insert(0, name.removeprefix("self."))
+    return ".".join(parts) or None
 
 
 def gepa_auto_metric_calls(auto: str, predictors: int, valset_size: int) -> int:

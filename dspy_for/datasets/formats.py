@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dspy_for.errors import DatasetError
+from dspy_for.errors import DatasetError, DspyForError
 
 __all__ = [
     "LOCAL_READERS",
@@ -25,6 +25,7 @@ __all__ = [
     "gsm8k_parse",
     "gsm8k_rows",
     "read_bundled_sample",
+    "read_utf8",
     "svamp_rows",
 ]
 
@@ -37,9 +38,24 @@ def read_bundled_sample() -> list[dict]:
     return gsm8k_parse(_parse_jsonl_text(text, "gsm8k_sample.jsonl (bundled)"), "gsm8k_sample.jsonl (bundled)")
 
 
+def read_utf8(path: Path, error: type[DspyForError] = DatasetError) -> str:
+    """The text of a data (or config) file, a UTF-8 byte-order mark allowed; bytes that are not UTF-8 are an ``error``
+    naming their line and the fix."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(
+            f"{path}, line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); save it as UTF-8 "
+            f"(e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed.jsonl`, if it is Latin-1)."
+        ) from None
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     _check_file(path)
-    return _parse_jsonl_text(path.read_text(encoding="utf-8"), str(path))
+    return _parse_jsonl_text(read_utf8(path), str(path))
 
 
 def _parse_jsonl_text(text: str, where: str) -> list[dict]:
@@ -143,7 +159,7 @@ def _bbh_local(name: str) -> Callable[[Path, str], list[dict]]:
         path = directory / "bbh" / f"{task}.json"
         _check_file(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_utf8(path))
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
         examples = data.get("examples") if isinstance(data, dict) else None
@@ -189,7 +205,7 @@ def _svamp_local(directory: Path, split: str) -> list[dict]:
     path = next((p for p in candidates if p.is_file()), candidates[0])
     _check_file(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_utf8(path))
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
     if not isinstance(data, list) or not data:

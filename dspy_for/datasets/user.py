@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
+from dspy_for.datasets.formats import read_utf8
 from dspy_for.errors import DatasetError
 
 __all__ = ["USER_SPLIT", "answer_type", "is_number", "read_user_rows"]
@@ -55,7 +56,7 @@ def read_user_rows(path: str | Path) -> list[dict[str, Any]]:
             '`question` and `answer` (e.g. {"question": "2 + 3?", "answer": 5}).'
         )
     rows = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(read_utf8(p).splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -14,7 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from dspy_for.experiments.core import MethodResult, with_options
+from dspy_for.experiments.core import MethodResult, load_examples, with_options
+from dspy_for.experiments.core.folders import check_results_dir
 from dspy_for.experiments.core.outcome import ComparisonResult
 from dspy_for.experiments.core.plan import RunPlan, plan_compare
 from dspy_for.experiments.core.serving import check_stored
@@ -42,26 +43,26 @@ def compare(
     spec = load_spec(spec_or_path, overrides, **kwargs)
     if spec.dry_run:  # the plan before the spend: no MLflow run, no LM
         return plan_compare(spec, spec.items_dir(store.tracking_root(spec.tracking_uri)))
-    root = store.setup_tracking(spec.tracking_uri, spec.experiment)
+    root = store.setup_tracking(spec.tracking_uri, spec.experiment)  # an MLflow store that cannot be written: refused
     run_dir = root / "compare" / spec.fingerprint()
     run_dir.mkdir(parents=True, exist_ok=True)
-    check_stored(spec, spec.items_dir(root))  # --rerun-changed with nothing stored: refused before anything runs
+    examples = {d.name: load_examples(d) for d in spec.datasets}  # data that cannot be read: refused before any call
+    items_dir = spec.items_dir(root)
+    check_results_dir(items_dir, lambda: plan_compare(spec, items_dir))
+    check_stored(spec, items_dir)  # --rerun-changed with nothing stored: refused before anything runs
     out = ComparisonResult(spec=spec, run_dir=run_dir, config=config_name(spec_or_path))
     if spec.autolog:
         store.autolog()
     tags = {"dspy_for.kind": "comparison", "dspy_for.fingerprint": spec.fingerprint()}
-    tracked = TrackedRun(
-        spec, items_dir=spec.items_dir(root), name=f"compare-{spec.experiment}", tags=tags, run_dir=run_dir
-    )
+    tracked = TrackedRun(spec, items_dir=items_dir, name=f"compare-{spec.experiment}", tags=tags, run_dir=run_dir)
     with tracked:
         out.run_id, out.spend = tracked.run_id, tracked.limit
         for d in spec.datasets:
             out.results[d.name], out.errors[d.name] = {}, {}
         if spec.sequential:
             for d in spec.datasets:
-                _run_sequential(tracked, out, d)
+                _run_sequential(tracked, out, d, examples[d.name])
         else:
-            examples: dict[str, Any] = {}
             for phase in phases(spec):
                 _run_together(tracked, out, phase, examples)
         _report(tracked, out)
@@ -134,11 +135,10 @@ def matched_budget(spec: ExperimentSpec, done: dict[str, MethodResult], m: Metho
     return sized
 
 
-def _run_sequential(tracked: TrackedRun, out: ComparisonResult, d: DatasetConfig) -> None:
+def _run_sequential(tracked: TrackedRun, out: ComparisonResult, d: DatasetConfig, examples: list[Any]) -> None:
     """Every method of the spec on dataset ``d`` at once, sequentially (:mod:`dspy_for.experiments.sequential`)."""
     spec = out.spec
     cells: dict[str, OpenCell] = {}
-    examples = None
     for m in spec.methods:
         cell = tracked.open(d, m, examples)
         if cell is not None:

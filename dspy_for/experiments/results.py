@@ -219,15 +219,10 @@ def _load_method(
 
 def read_records(path: Path) -> dict[str, ItemResult]:
     """Every record of a results file by record key, the last one of a key counting (a failed item a later run
-    finished is finished); the file is only read (a torn last line, left by a killed run, is skipped)."""
-    out: dict[str, ItemResult] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            item = ItemResult.from_json(line)
-        except (json.JSONDecodeError, TypeError):
-            continue
-        out[item.key] = item
-    return out
+    finished is finished); the file is only read, as the store reads it (:meth:`~dspy_for.experiments.core.store.
+    ResultStore.records`): a torn last line, left by a killed run, is skipped, and a line that is not a record is
+    skipped with a warning naming it."""
+    return ResultStore(path).records(repair=False)
 
 
 def _role_lms(spec: ExperimentSpec, m: MethodConfig) -> tuple[dict[str, str], dict[str, Price]]:
@@ -243,7 +238,7 @@ def _role_lms(spec: ExperimentSpec, m: MethodConfig) -> tuple[dict[str, str], di
         elif lm.startswith(LOCAL_PREFIX):
             from dspy_for.lm.server import alias_for  # a local model's served name: its alias, no server started
 
-            lms[r] = f"hosted_vllm/{alias_for(lm[len(LOCAL_PREFIX) :], bool(options.get('prompt_cache')))}"
+            lms[r] = f"hosted_vllm/{alias_for(lm[len(LOCAL_PREFIX) :])}"
             price = parse_price(options["price"]) if "price" in options else LOCAL_PRICE
         else:
             lms[r] = lm

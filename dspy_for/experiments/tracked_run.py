@@ -47,6 +47,7 @@ from dspy_for.experiments.core.outcome import ComparisonResult
 from dspy_for.experiments.core.recheck import Recheck, recheck_cells
 from dspy_for.experiments.core.serving import changed_records, settle
 from dspy_for.experiments.core.sinks import RunStatus, StopRule, interruptible
+from dspy_for.experiments.core.store import StoreLocks
 from dspy_for.experiments.spec import DatasetConfig, MethodConfig
 from dspy_for.experiments.spec.model import RunSpec
 from dspy_for.experiments.tracking import store
@@ -123,7 +124,9 @@ class TrackedRun:
         self.run_id, self._own_run = run_id, run_id is None and name is not None
         self._cells, self._store, self._progress, self._shared = cells, store, progress, shared_records
         self._open: list[OpenCell] = []
+        self._locks = StoreLocks()  # the results stores' locks, held while their cells are open
         self._stack = ExitStack()
+        self._stack.callback(self._locks.release_all)
 
     # ----------------------------------------------------------------------------------------- the run
 
@@ -132,6 +135,7 @@ class TrackedRun:
         if self._own_run:
             assert self._name is not None
             store.setup_tracking(self.spec.tracking_uri, self.spec.experiment)  # the store and experiment, once made
+            _end_stale_runs(self.spec.experiment)
             self.run_id = store.start_run(self._name, self.spec.experiment, tags=self._tags)
             time_ = time.strftime("%Y-%m-%dT%H:%M:%S")
             params = {"spec": {**self.spec.to_dict(), "time": time_}, **self._params, **store.environment_params()}
@@ -189,7 +193,10 @@ class TrackedRun:
             return None
         results = self._results_store(run)
         if results is not None:
-            self._stack.enter_context(results.exclusive())
+            for again in self._locks.take(results):  # let go of while it waited: read again what others finished
+                for c in self._open:
+                    if c.evaluation.store is again:
+                        c.evaluation.stored = again.load()
         sink = MlflowSink(run, child, end_run=False) if child is not None else None
         ev = Evaluation(run, store=results, sinks=[sink] if sink else [], progress=self._progress, origin=child)
         store_path = results.path if results is not None else None
@@ -225,7 +232,7 @@ class TrackedRun:
         return recheck_cells(result.spec, result, self.items_dir, self._feed)
 
     def _feed(self, feeds: list[Feed]) -> list[list[ItemResult]]:
-        return feed_together(feeds, num_threads=self.spec.num_threads, limit=self.limit) if feeds else []
+        return feed_together(feeds, num_threads=self.spec.threads, limit=self.limit) if feeds else []
 
     def close(self, cell: OpenCell, status: RunStatus | None = None) -> None:
         """Close ``cell``'s evaluation (its sinks get the whole result) and end its MLflow run with its status
@@ -236,6 +243,8 @@ class TrackedRun:
         try:
             cell.evaluation.close(status)
         finally:
+            if cell.evaluation.store is not None:
+                self._locks.release(cell.evaluation.store)
             if cell.own_run and cell.run_id is not None:
                 store.end_run(cell.run_id, status or cell.evaluation.status or "FINISHED")
 
@@ -292,6 +301,17 @@ class TrackedRun:
             logger.info("%s: reusing the stored records of %s (same result key)", run.method.label, others[0].name)
             return ResultStore(others[0])
         return own
+
+
+def _end_stale_runs(experiment: str) -> None:
+    """End KILLED the experiment's MLflow runs that a process that is gone left RUNNING, and say so in one line."""
+    ended = store.end_stale_runs(experiment)
+    if ended:
+        logger.warning(
+            "ended %d MLflow run(s) left RUNNING by a run whose process is gone (pid %s): marked KILLED",
+            sum(len(ids) for ids in ended.values()),
+            ", ".join(ended),
+        )
 
 
 def _tag(what: str) -> str:

@@ -19,10 +19,8 @@
   (:mod:`dspy_for.lm.pricing`).
 * :func:`check_lm_spec` and :func:`check_lm_options` validate a spec and its options without starting
   anything, so configs fail before a run starts.
-* ``prompt_cache=True`` (``local/`` specs only, off by default) uses the model's prompt-caching server
-  (:mod:`dspy_for.lm.server`, docs/prompt_cache.md): each role's repeated prefix is computed once. Its
-  answers can differ from the default server's at temperature 0, so it is a result-changing option: it
-  enters a run's result key like ``temperature``, and the served alias (hence DSPy's cache key) differs.
+* ``local/<name>`` takes ``slots``, ``prompt_cache``, ``n_ctx`` and ``n_threads`` (:class:`LocalLM`); its DSPy cache
+  entries are kept under its serving identity, so an answer another stack made is never replayed as its own.
 
 Usage of every LM call (any ``dspy.BaseLM``, not only these) is recorded by
 :func:`dspy_for.lm.usage.track_usage`; the cache installed here keeps the original call's token counts
@@ -234,12 +232,12 @@ def with_transport(lm: dspy.BaseLM) -> dspy.BaseLM:
 
 
 class LocalLM(LM):
-    """An LM on the shared local llama.cpp server of a registry model.
+    """An LM on the shared local llama.cpp server of a registry model (:mod:`dspy_for.lm.server`).
 
-    ``prompt_cache``: use the model's prompt-caching server instead (a separate server, alias and DSPy
-    cache entries; see :mod:`dspy_for.lm.server`). If the server dies (killed, crashed), the next call
-    restarts it and retries once.
-    """
+    ``slots``: the parallel slots to start the server with (None: :data:`~dspy_for.lm.options.DEFAULT_SLOTS`; a
+    running server serves with its own: :attr:`slots`), which also cap its requests in flight unless
+    ``max_connections`` is given. ``prompt_cache=False`` sends ``cache_prompt: false`` (each prompt evaluated whole);
+    ``n_ctx``: context per slot. A dead server is restarted by the next call, which is retried once."""
 
     def __init__(
         self,
@@ -247,15 +245,20 @@ class LocalLM(LM):
         *,
         n_ctx: int | None = None,
         n_threads: int | None = None,
-        prompt_cache: bool = False,
+        slots: int | None = None,
+        prompt_cache: bool = True,
         **kwargs: Any,
     ) -> None:
         self.local_name = name
         self.n_ctx = n_ctx or local_server.DEFAULT_N_CTX
         self.n_threads = n_threads
+        self.asked_slots = slots
         self.prompt_cache = prompt_cache
-        self.server = local_server.ensure_server(name, n_ctx=self.n_ctx, n_threads=n_threads, prompt_cache=prompt_cache)
+        self.server = local_server.ensure_server(name, n_ctx=self.n_ctx, n_threads=n_threads, slots=slots)
         kwargs.setdefault("num_retries", 1)
+        kwargs.setdefault("max_connections", self.server.slots)
+        if not prompt_cache:
+            kwargs["extra_body"] = {**kwargs.get("extra_body", {}), "cache_prompt": False}
         super().__init__(
             f"hosted_vllm/{self.server.alias}", api_base=self.server.base_url, api_key="local-no-key", **kwargs
         )
@@ -263,14 +266,21 @@ class LocalLM(LM):
             setattr(self, PRICE_ATTR, LOCAL_PRICE)  # a local model costs $0 (its wall time is reported beside)
         self._set_serving()
 
+    @property
+    def slots(self) -> int:
+        """The slots of the server that answers this LM's requests."""
+        return self.server.slots
+
     def _set_serving(self) -> None:  # what serves its calls, known before any (dspy_for.lm.serving)
-        setattr(self, SERVING_ATTR, embedded_identity(self.local_name, getattr(self.server, "llama_cpp_python", "")))
+        identity = embedded_identity(self.local_name, self.server.build, self.server.slots)
+        setattr(self, SERVING_ATTR, identity)
+        self.cache_namespace = identity  # DSPy's cache keeps each stack's answers apart
 
     def _revive(self) -> bool:
         if local_server._alive(self.server.pid):
             return False  # the server is alive (maybe busy): the error is not a dead server
         self.server = local_server.ensure_server(
-            self.local_name, n_ctx=self.n_ctx, n_threads=self.n_threads, prompt_cache=self.prompt_cache
+            self.local_name, n_ctx=self.n_ctx, n_threads=self.n_threads, slots=self.asked_slots
         )
         self.kwargs["api_base"] = self.server.base_url
         self._set_serving()
@@ -297,9 +307,8 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
 
     Options: ``temperature`` (default 0), ``max_tokens``, ``cache`` (default True), ``timeout`` (seconds,
     default :data:`DEFAULT_TIMEOUT`, local :data:`DEFAULT_LOCAL_TIMEOUT`; None: litellm's default),
-    ``num_retries`` (default :data:`DEFAULT_NUM_RETRIES`, local 1), ``api_base`` and any litellm option;
-    for ``local/`` specs also ``n_ctx``, ``n_threads`` and ``prompt_cache`` (default False: the model's
-    prompt-caching server, docs/prompt_cache.md). ``api_key`` is refused: keys come from the environment.
+    ``num_retries`` (default :data:`DEFAULT_NUM_RETRIES`, local 1), ``api_base`` and any litellm option; for
+    ``local/`` specs also those of :class:`LocalLM`. ``api_key`` is refused: keys come from the environment.
     The LM remembers the spec and options it was built from (:func:`dspy_for.lm.origin.made_from`).
     """
     if isinstance(spec, dspy.BaseLM):
@@ -333,10 +342,11 @@ def make_lm(spec: str | dspy.BaseLM, **options: Any) -> dspy.BaseLM:
             f"or 'local/<name>' for a local model (see `dspy-for models list`)."
         )
     check_lm_spec(spec)
-    if options.pop("prompt_cache", False):
+    local = "slots" if "slots" in options else "prompt_cache" if options.pop("prompt_cache", True) is False else None
+    if local:
         raise ConfigError(
-            f"`prompt_cache` applies to local models only (`local/<name>`), not to `{spec}`: drop it, or use "
-            "a local model (see `dspy-for models list`)."
+            f"`{local}` applies to local models only (`local/<name>`), not to `{spec}`: drop it (give it to the local "
+            "roles only: `--role-lm-option ROLE:KEY=VALUE`), or use a local model (see `dspy-for models list`)."
         )
     configure_cache()
     options.update(lm_defaults(spec, options, max_tokens=False))
@@ -384,6 +394,6 @@ def describe_lm(lm: dspy.BaseLM | str | None) -> dict[str, Any]:
     if isinstance(lm, LocalLM):
         out["spec"] = f"local/{lm.local_name}"
         out["model_sha256"] = get_model(lm.local_name).sha256
-        if lm.prompt_cache:
-            out["prompt_cache"] = True
+        if not lm.prompt_cache:
+            out["prompt_cache"] = False
     return out

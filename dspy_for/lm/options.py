@@ -19,14 +19,18 @@ __all__ = [
     "DEFAULT_LOCAL_TIMEOUT",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_NUM_RETRIES",
+    "DEFAULT_SLOTS",
     "DEFAULT_TIMEOUT",
     "LOCAL_PREFIX",
     "REASONING_MAX_TOKENS",
+    "SERVER_OPTIONS",
     "TRANSPORT_OPTIONS",
     "check_lm_options",
     "check_lm_spec",
+    "check_slots",
     "is_reasoning_model",
     "lm_defaults",
+    "local_slots",
 ]
 
 #: the prefix of the embedded models' specs (``local/<name>``)
@@ -54,6 +58,33 @@ _KEY_FIX = (
 #: LM options that change how a request travels or is priced, never what it returns: not part of any result key
 #: or cache key
 TRANSPORT_OPTIONS = ("timeout", "num_retries", "max_retry_wait", "max_connections", "price")
+#: options of the embedded server (``local/<name>``) that choose how it serves, not what a request asks: the serving
+#: identity of every answer names them (so ``†`` and ``--rerun-changed`` tell answers served otherwise apart) and
+#: DSPy's cache keeps answers apart by that identity, but no result key holds them
+SERVER_OPTIONS = ("slots",)
+
+#: requests the embedded server answers at once (its parallel slots, continuously batched), unless ``slots`` says
+#: otherwise; the local default of ``num_threads`` follows it
+DEFAULT_SLOTS = 4
+
+
+def check_slots(value: Any, name: str = "slots") -> int:
+    """``value`` as a number of slots (an integer >= 1), else a :class:`ConfigError` naming ``name`` and the fix."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"`{name}` must be an integer >= 1 (requests the local server answers at once; 1 serves one at a time), "
+            f"got {value!r}. Set e.g. --lm-option slots={DEFAULT_SLOTS}."
+        )
+    return value
+
+
+def local_slots(lm: Any, options: Mapping[str, Any] | None = None) -> int | None:
+    """The slots of the local server ``lm`` talks to: a ``local/<name>`` spec's ``slots`` option (default
+    :data:`DEFAULT_SLOTS`), a built local LM's serving slots; None for any other LM."""
+    if isinstance(lm, str):
+        return (options or {}).get("slots", DEFAULT_SLOTS) if lm.startswith(LOCAL_PREFIX) else None
+    slots = getattr(lm, "slots", None) if getattr(lm, "local_name", None) else None
+    return slots if isinstance(slots, int) else None
 
 
 def check_lm_spec(spec: str) -> None:
@@ -93,9 +124,9 @@ def check_lm_options(options: Mapping[str, Any]) -> None:
     """Validate LM options (as given to :func:`make_lm`) without building anything.
 
     Type-checks the known options (``timeout``, ``num_retries``, ``max_retry_wait``, ``max_connections``,
-    ``price``, ``api_base``, ``temperature``, ``max_tokens``, ``prompt_cache``) and refuses any secret-looking key
-    (:func:`~dspy_for.secrets.is_secret_key`: ``api_key``, ``*token*``, ``*secret*``, ...): keys come from the
-    environment only. Other litellm options pass through.
+    ``price``, ``api_base``, ``temperature``, ``max_tokens``, ``prompt_cache``, ``slots``) and refuses any
+    secret-looking key (:func:`~dspy_for.secrets.is_secret_key`: ``api_key``, ``*token*``, ``*secret*``, ...): keys
+    come from the environment only. Other litellm options pass through.
     """
     if options is None:
         return
@@ -128,9 +159,11 @@ def check_lm_options(options: Mapping[str, Any]) -> None:
             raise ConfigError(f"`temperature` must be a number >= 0, got {temp!r}. Set e.g. temperature=0.")
     if "prompt_cache" in options and not isinstance(options["prompt_cache"], bool):
         raise ConfigError(
-            f"`prompt_cache` must be true or false (the local server's prompt cache), got "
-            f"{options['prompt_cache']!r}. Set e.g. --lm-option prompt_cache=true."
+            f"`prompt_cache` must be true or false (the local server's prompt reuse; false evaluates every prompt "
+            f"whole), got {options['prompt_cache']!r}. Set e.g. --lm-option prompt_cache=false."
         )
+    if "slots" in options:
+        check_slots(options["slots"])
     if "max_retry_wait" in options:
         w = options["max_retry_wait"]
         if not _is_number(w) or w < 0:

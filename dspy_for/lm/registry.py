@@ -15,21 +15,54 @@ import sys
 import tempfile
 import tomllib
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 from filelock import FileLock
 
 from dspy_for.errors import ModelError, ModelNotFoundError, ModelNotPulledError
 
-__all__ = ["ModelEntry", "get_model", "list_models", "model_dir", "model_path", "pull_model", "verify_file"]
+__all__ = [
+    "LlamaServerSource",
+    "ModelEntry",
+    "ModelSpeed",
+    "get_model",
+    "list_models",
+    "llama_server_source",
+    "model_dir",
+    "model_path",
+    "pull_model",
+    "verify_file",
+]
 
 MODEL_DIR_ENV = "DSPY_FOR_MODEL_DIR"
 _CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ModelSpeed:
+    """How fast the embedded server runs a model on the machine ``measured`` names (``[models.NAME.speed]`` in
+    ``models.toml``, from ``experiments/benchmarks/local_throughput.py``): ``prompt``, prompt tokens per second of one
+    request alone; ``completion``, the whole server's completion tokens per second with N requests in flight on N
+    slots, by N. Empty: not measured."""
+
+    prompt: float | None = None
+    completion: Mapping[int, float] = field(default_factory=dict)
+    measured: str = ""
+
+    def call_seconds(self, prompt: float, completion: float, slots: int) -> float | None:
+        """Seconds one call of ``prompt`` + ``completion`` tokens takes while the server answers ``slots`` requests at
+        once: its time alone, stretched by how much slower each of ``slots`` streams runs than one alone. None when a
+        speed it needs (the prompt's, one slot's, ``slots``') was not measured."""
+        alone, together = self.completion.get(1), self.completion.get(slots)
+        if self.prompt is None or alone is None or together is None:
+            return None
+        return (prompt / self.prompt + completion / alone) * slots * alone / together
 
 
 @dataclass(frozen=True)
@@ -39,11 +72,11 @@ class ModelEntry:
     bytes: int
     sha256: str
     speed_class: str
-    tokens_per_second: float
     packages: tuple[str, ...]
     members: tuple[str, ...]
     hf_repo: str = ""
     hf_file: str = ""
+    speed: ModelSpeed = ModelSpeed()
 
     @property
     def path(self) -> Path:
@@ -55,9 +88,30 @@ class ModelEntry:
         return p.is_file() and p.stat().st_size == self.bytes
 
 
+@dataclass(frozen=True)
+class LlamaServerSource:
+    """The pinned source of the embedded server (``[llama_server]`` in ``models.toml``): a llama-cpp-python sdist
+    (``sdist``, a pip requirement), its SHA-256, and the llama.cpp commit it vendors."""
+
+    sdist: str
+    sha256: str
+    llama_cpp_commit: str
+
+
+@cache
+def _registry_data() -> dict[str, Any]:
+    return tomllib.loads(resources.files("dspy_for.lm").joinpath("models.toml").read_text())
+
+
+def llama_server_source() -> LlamaServerSource:
+    """The pinned llama.cpp source the embedded server is built from (:mod:`dspy_for.lm.llama_build`)."""
+    pin = _registry_data()["llama_server"]
+    return LlamaServerSource(str(pin["sdist"]), str(pin["sha256"]).lower(), str(pin["llama_cpp_commit"]))
+
+
 @cache
 def _load_registry() -> dict[str, ModelEntry]:
-    data = tomllib.loads(resources.files("dspy_for.lm").joinpath("models.toml").read_text())
+    data = _registry_data()
     out = {}
     for name, m in data["models"].items():
         if len(m["packages"]) != len(m["members"]):
@@ -68,13 +122,22 @@ def _load_registry() -> dict[str, ModelEntry]:
             bytes=int(m["bytes"]),
             sha256=m["sha256"].lower(),
             speed_class=m["speed_class"],
-            tokens_per_second=float(m["tokens_per_second"]),
             packages=tuple(m["packages"]),
             members=tuple(m["members"]),
             hf_repo=m.get("hf_repo", ""),
             hf_file=m.get("hf_file", ""),
+            speed=_speed(name, m.get("speed", {})),
         )
     return out
+
+
+def _speed(name: str, data: Mapping[str, Any]) -> ModelSpeed:
+    try:
+        completion = {int(k): float(v) for k, v in data.get("completion", {}).items()}
+        prompt = data.get("prompt")
+        return ModelSpeed(None if prompt is None else float(prompt), completion, str(data.get("measured", "")))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ModelError(f"models.toml: `{name}`'s speed is malformed ({exc}).") from None
 
 
 def list_models() -> list[ModelEntry]:

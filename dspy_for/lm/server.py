@@ -1,26 +1,21 @@
-"""The embedded default LM: a llama.cpp (llama-cpp-python) OpenAI-compatible server on 127.0.0.1.
+"""The embedded default LM: llama.cpp's ``llama-server`` on 127.0.0.1, answering requests side by side.
 
-One server per registry model is shared by every process on the machine:
+The server answers ``slots`` requests at once (``--parallel``, continuous batching: on a CPU, decoding waits on memory,
+so a batch of streams costs little more than one), each slot with ``n_ctx`` tokens of context of its own. Its binary is
+built from pinned source (:mod:`dspy_for.lm.llama_build`). One server per registry model is shared by every process:
 
-* a state file ``<server dir>/<model>.json`` (pid, port, alias, who started it, and the *leases*: pids
+* a state file ``<server dir>/<model>.json`` (pid, port, alias, slots, build, who started it, and the *leases*: pids
   of processes using it) guarded by a file lock;
-* a process that needs the model takes a lease on a healthy server, or starts one (``started_by =
-  "library"``) if there is none; at exit it drops its lease, and the last lease holder stops a
-  library-started server. Servers started with ``dspy-for serve`` (``started_by = "serve"``) or by
-  anyone else are never stopped by the library.
+* a process that needs the model takes a lease on a running server, or starts one (``started_by = "library"``); at
+  exit it drops its lease, and the last lease holder stops a library-started server. Servers started with
+  ``dspy-for serve`` (``started_by = "serve"``) or by anyone else are never stopped by the library;
+* a running server is used as it is: asked for other ``slots``, it serves with its own (a warning says so, and the
+  serving identity names the slots that served).
 
-The server's log goes to ``<server dir>/<model>.log``; a failed start shows its tail.
-
-**Prompt cache** (opt-in: ``prompt_cache=True`` here, ``make_lm("local/NAME", prompt_cache=True)``,
-``dspy-for serve NAME --prompt-cache``): a separate server per model (state file ``<model>.prompt-cache.json``,
-alias ``<model>-<sha>-pc64``) that keeps the key/value states of prompt prefixes it has evaluated and
-reuses the longest stored one, so each role's repeated instructions are computed once
-(:mod:`dspy_for.lm.prompt_cache`). To keep answers a function of the prompt alone, it evaluates every prompt in fixed
-chunks of :data:`PROMPT_CACHE_CHUNK` tokens counted from the first token and reuses only whole chunks:
-a reused chunk is bit-identical to the one a fresh evaluation would compute. Answers can still differ
-from the default server's, whose chunking follows the previous request (it reuses the longest common
-prefix with the previous prompt, at any length), so the cache is part of the alias and of a result's key
-(docs/prompt_cache.md).
+Its log is ``<server dir>/<model>.log`` (the previous one kept as ``.log.1``); a failed start shows its tail. Prompt
+reuse is llama.cpp's own (docs/prompt_cache.md): each slot reuses the longest prefix its next prompt shares with its
+last, and idle slots' states are kept in ``cache_ram_mb`` MiB of host memory; a request can turn it off
+(``cache_prompt: false``).
 """
 
 from __future__ import annotations
@@ -32,28 +27,31 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 from filelock import FileLock
 
-from dspy_for.errors import ConfigError, ServerError, require
-from dspy_for.lm.prompt_cache import DEFAULT_PROMPT_CACHE_BYTES, PROMPT_CACHE_CHUNK
+from dspy_for.errors import ConfigError, ServerError
+from dspy_for.lm.llama_build import ServerBuild, server_build
+from dspy_for.lm.options import DEFAULT_SLOTS, check_slots
 from dspy_for.lm.registry import get_model, model_path
-from dspy_for.lm.serving import llama_cpp_version
 
 __all__ = [
+    "DEFAULT_CACHE_RAM_MB",
+    "DEFAULT_N_CTX",
     "ServerInfo",
     "alias_for",
     "ensure_server",
     "healthy",
+    "metrics",
     "release_server",
     "server_command",
     "server_dir",
@@ -62,7 +60,11 @@ __all__ = [
 ]
 
 SERVER_DIR_ENV = "DSPY_FOR_SERVER_DIR"
+#: context tokens per slot: FOR's longest turn in the stored results (a Defender's revision, 1,714 prompt + 1,024
+#: completion tokens at max_tokens 1024) fits with room to spare for longer dialogues
 DEFAULT_N_CTX = 4096
+#: host memory for the states of idle slots' prompts, in MiB (``--cache-ram``; 0: none kept beyond the slots)
+DEFAULT_CACHE_RAM_MB = 1024
 
 
 @dataclass
@@ -73,15 +75,19 @@ class ServerInfo:
     port: int
     pid: int
     started_by: str
-    n_ctx: int
+    n_ctx: int  # per slot
     n_threads: int
     leases: list[int] = field(default_factory=list)
-    prompt_cache: bool = False
-    llama_cpp_python: str = ""  # the version the server runs (of the process that started it; "" in older states)
+    slots: int = DEFAULT_SLOTS
+    build: str = ""  # what the server runs, e.g. "llama.cpp b0-0c1e57098" (ServerBuild.label)
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
 
 def server_dir() -> Path:
@@ -91,24 +97,26 @@ def server_dir() -> Path:
     return Path(platformdirs.user_cache_dir("dspy-for")) / "servers"
 
 
-def alias_for(name: str, prompt_cache: bool = False) -> str:
-    """Served model alias: the name plus the file's SHA-256 prefix, so cache keys differ per model file;
-    with the prompt cache also ``-pc<chunk>``, so DSPy's response cache never mixes the two servers' answers."""
-    alias = f"{name}-{get_model(name).sha256[:12]}"
-    return f"{alias}-pc{PROMPT_CACHE_CHUNK}" if prompt_cache else alias
+def alias_for(name: str) -> str:
+    """Served model alias: the name plus the file's SHA-256 prefix, so cache keys differ per model file."""
+    return f"{name}-{get_model(name).sha256[:12]}"
 
 
-def _paths(name: str, prompt_cache: bool = False) -> tuple[Path, Path, Path]:
+def _paths(name: str) -> tuple[Path, Path, Path]:
     d = server_dir()
     d.mkdir(parents=True, exist_ok=True)
-    stem = f"{name}.prompt-cache" if prompt_cache else name
-    return d / f"{stem}.json", d / f"{stem}.lock", d / f"{stem}.log"
+    return d / f"{name}.json", d / f"{name}.lock", d / f"{name}.log"
 
 
 def _read_state(path: Path) -> ServerInfo | None:
+    """The state in ``path``; None when there is none, or it is of an earlier server (without ``build``)."""
     try:
-        return ServerInfo(**json.loads(path.read_text()))
-    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+        data = json.loads(path.read_text())
+        if not data.get("build"):
+            return None
+        known = {f.name for f in fields(ServerInfo)}
+        return ServerInfo(**{k: v for k, v in data.items() if k in known})
+    except (FileNotFoundError, json.JSONDecodeError, TypeError, AttributeError):
         return None
 
 
@@ -143,6 +151,15 @@ def healthy(info: ServerInfo, timeout: float = 2.0) -> bool:
         return False
 
 
+def metrics(info: ServerInfo, timeout: float = 5.0) -> dict[str, float]:
+    """The server's counters and gauges (``GET /metrics``) by name, without ``llamacpp:``: ``prompt_tokens_total``
+    (prompt tokens evaluated), ``prompt_tokens_cached_total`` (reused), ``n_busy_slots_per_decode``, ..."""
+    with urllib.request.urlopen(f"{info.root_url}/metrics", timeout=timeout) as resp:
+        lines = resp.read().decode().splitlines()
+    pairs = (line.removeprefix("llamacpp:").partition(" ") for line in lines if line.startswith("llamacpp:"))
+    return {name: float(value) for name, _, value in pairs}
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -165,14 +182,11 @@ def _tail(path: Path, n: int = 25) -> str:
         return "(no log)"
 
 
-_PROMPT_CACHE_BOOT = "from dspy_for.lm.prompt_cache import run_prompt_cache_server; run_prompt_cache_server()"
-
-
-def _check_prompt_cache_bytes(value: int) -> None:
+def _check_cache_ram(value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(
-            f"`prompt_cache_bytes` must be an integer >= 0 (bytes of stored prefix states; 0 keeps only the "
-            f"current context), got {value!r}. Set e.g. --prompt-cache-mb 1024."
+            f"`--prompt-cache-mb` must be an integer >= 0 (MiB of host memory for idle slots' prompt states; 0 keeps "
+            f"none beyond the slots), got {value!r}. Set e.g. --prompt-cache-mb {DEFAULT_CACHE_RAM_MB}."
         )
 
 
@@ -182,26 +196,23 @@ def server_command(
     port: int,
     n_ctx: int,
     n_threads: int,
-    prompt_cache: bool = False,
-    prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
+    slots: int = DEFAULT_SLOTS,
+    cache_ram_mb: int = DEFAULT_CACHE_RAM_MB,
+    build: ServerBuild | None = None,
 ) -> list[str]:
-    """The command line that runs the server of registry model ``name`` (pulled).
-
-    Without the prompt cache: llama-cpp-python's own server, as it always was. With it: the same server
-    started through :func:`~dspy_for.lm.prompt_cache.run_prompt_cache_server`, in chunks of
-    :data:`~dspy_for.lm.prompt_cache.PROMPT_CACHE_CHUNK` tokens, computing logits for the last prompt token
-    only (no logprobs).
-    """
-    _check_prompt_cache_bytes(prompt_cache_bytes)
-    args = ["--model", str(model_path(name)), "--model_alias", alias_for(name, prompt_cache)]
-    args += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads)]
-    if not prompt_cache:
-        return [sys.executable, "-m", "llama_cpp.server", *args]
-    chunk = str(PROMPT_CACHE_CHUNK)
-    cache = ["--prompt_cache_bytes", str(prompt_cache_bytes), "--n_batch", chunk, "--n_ubatch", chunk]
-    # logits of the last prompt token only (llama.cpp's own default; the server's is every token's, for
-    # prompt logprobs): the output layer is a sixth of the 1.5B model's compute per prompt token
-    return [sys.executable, "-c", _PROMPT_CACHE_BOOT, *cache, "--logits_all", "False", *args]
+    """The command line of the server of registry model ``name`` (pulled): ``slots`` slots of ``n_ctx`` tokens each (a
+    KV cache per slot: each has its whole context whatever the others hold), continuous batching, ``/metrics``."""
+    check_slots(slots)
+    _check_cache_ram(cache_ram_mb)
+    binary = (build or server_build()).binary
+    return [
+        str(binary),
+        *("--model", str(model_path(name)), "--alias", alias_for(name)),
+        *("--host", "127.0.0.1", "--port", str(port)),
+        *("--parallel", str(slots), "--ctx-size", str(n_ctx * slots), "--no-kv-unified", "--cont-batching"),
+        *("--threads", str(n_threads), "--cache-ram", str(cache_ram_mb)),
+        *("--metrics", "--no-ui", "--fit", "off"),
+    ]
 
 
 def start_server(
@@ -210,18 +221,16 @@ def start_server(
     port: int | None = None,
     n_ctx: int = DEFAULT_N_CTX,
     n_threads: int | None = None,
+    slots: int = DEFAULT_SLOTS,
+    cache_ram_mb: int = DEFAULT_CACHE_RAM_MB,
     started_by: str = "library",
     timeout: float = 180.0,
-    prompt_cache: bool = False,
-    prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
 ) -> tuple[ServerInfo, subprocess.Popen[bytes]]:
-    """Start a server process for registry model ``name`` and wait until it is healthy.
-
-    The caller must hold the model's lock (``ensure_server`` does) or be the only user (``serve``).
-    ``prompt_cache``: the prompt-caching server (module docstring) instead of the default one.
-    """
-    require("llama_cpp.server", extra="local", package="llama-cpp-python[server]")
-    _, _, log_path = _paths(name, prompt_cache)
+    """Start a server process for registry model ``name`` and wait until it is healthy; the caller holds the model's
+    lock. A model not pulled, a server not built, a port in use: a clear error before anything starts."""
+    model_path(name)  # not pulled: the command that pulls it
+    build = server_build()  # not built: the command that builds it
+    _, _, log_path = _paths(name)
     n_threads = n_threads or min(os.cpu_count() or 2, 8)
     if port is not None and _port_in_use(port):
         raise ServerError(
@@ -229,19 +238,16 @@ def start_server(
         )
     port = port or _free_port()
     cmd = server_command(
-        name,
-        port=port,
-        n_ctx=n_ctx,
-        n_threads=n_threads,
-        prompt_cache=prompt_cache,
-        prompt_cache_bytes=prompt_cache_bytes,
+        name, port=port, n_ctx=n_ctx, n_threads=n_threads, slots=slots, cache_ram_mb=cache_ram_mb, build=build
     )
-    alias = alias_for(name, prompt_cache)
-    log = log_path.open("ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    log.close()
-    info = ServerInfo(name, alias, "127.0.0.1", port, proc.pid, started_by, n_ctx, n_threads, [], prompt_cache)
-    info.llama_cpp_python = llama_cpp_version() or ""
+    if log_path.exists():
+        os.replace(log_path, log_path.with_suffix(".log.1"))
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    alias = alias_for(name)
+    info = ServerInfo(name, alias, "127.0.0.1", port, proc.pid, started_by, n_ctx, n_threads, [], slots, build.label)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -259,7 +265,7 @@ def start_server(
     )
 
 
-_OWN_LEASES: set[tuple[str, bool]] = set()
+_OWN_LEASES: set[str] = set()
 
 
 def ensure_server(
@@ -268,36 +274,43 @@ def ensure_server(
     n_ctx: int = DEFAULT_N_CTX,
     n_threads: int | None = None,
     port: int | None = None,
-    prompt_cache: bool = False,
+    slots: int | None = None,
 ) -> ServerInfo:
-    """Return a healthy shared server for ``name``, starting one if none is running; takes a lease.
-
-    ``prompt_cache``: the model's prompt-caching server, a separate one (module docstring).
-    """
+    """A running shared server for ``name`` (its :class:`ServerInfo` says which slots serve), started with ``slots``
+    (None: :data:`DEFAULT_SLOTS`) if none is running; takes a lease."""
     get_model(name)
-    state_path, lock_path, _ = _paths(name, prompt_cache)
+    if slots is not None:
+        check_slots(slots)
+    state_path, lock_path, _ = _paths(name)
     with FileLock(str(lock_path), timeout=600):
         info = _read_state(state_path)
-        # a live server process is reused even when it is slow to answer the health check: llama.cpp
-        # serves one request at a time, and a long generation for another process blocks /v1/models
+        # a live server process is reused even when it is slow to answer the health check
         if info is not None and not _alive(info.pid):
             state_path.unlink(missing_ok=True)
             info = None
         if info is None:
-            info, _ = start_server(name, n_ctx=n_ctx, n_threads=n_threads, port=port, prompt_cache=prompt_cache)
+            info, _ = start_server(name, n_ctx=n_ctx, n_threads=n_threads, port=port, slots=slots or DEFAULT_SLOTS)
+        elif slots is not None and info.slots != slots:
+            warnings.warn(
+                f"The running server of `{name}` (pid {info.pid}, started by {info.started_by}) serves {info.slots} "
+                f"slot(s), not the {slots} asked: using it as it is. To change its slots, stop it (or run "
+                f"`dspy-for serve {name} --slots {slots}` once it is stopped).",
+                UserWarning,
+                stacklevel=2,
+            )
         me = os.getpid()
         info.leases = sorted({p for p in info.leases if _alive(p)} | {me})
         _write_state(state_path, info)
-    if (name, prompt_cache) not in _OWN_LEASES:
-        _OWN_LEASES.add((name, prompt_cache))
-        atexit.register(release_server, name, prompt_cache)
+    if name not in _OWN_LEASES:
+        _OWN_LEASES.add(name)
+        atexit.register(release_server, name)
     return info
 
 
-def release_server(name: str, prompt_cache: bool = False) -> None:
+def release_server(name: str) -> None:
     """Drop this process's lease; stop a library-started server when no live lease remains."""
-    state_path, lock_path, _ = _paths(name, prompt_cache)
-    _OWN_LEASES.discard((name, prompt_cache))
+    state_path, lock_path, _ = _paths(name)
+    _OWN_LEASES.discard(name)
     with FileLock(str(lock_path), timeout=60):
         info = _read_state(state_path)
         if info is None:
@@ -311,9 +324,9 @@ def release_server(name: str, prompt_cache: bool = False) -> None:
             _write_state(state_path, info)
 
 
-def stop_server(name: str, prompt_cache: bool = False) -> bool:
+def stop_server(name: str) -> bool:
     """Stop the server for ``name`` whatever its leases (used by ``serve`` on exit and by tests)."""
-    state_path, lock_path, _ = _paths(name, prompt_cache)
+    state_path, lock_path, _ = _paths(name)
     with FileLock(str(lock_path), timeout=60):
         info = _read_state(state_path)
         state_path.unlink(missing_ok=True)
@@ -344,37 +357,33 @@ def serve_forever(
     port: int | None = None,
     n_ctx: int = DEFAULT_N_CTX,
     n_threads: int | None = None,
+    slots: int = DEFAULT_SLOTS,
+    cache_ram_mb: int = DEFAULT_CACHE_RAM_MB,
     on_ready: Callable[[ServerInfo], None] | None = None,
-    prompt_cache: bool = False,
-    prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
 ) -> ServerInfo:
-    """Run a server in the foreground for other processes (``dspy-for serve``); returns when it exits.
-
-    Ctrl-C or SIGTERM stops the server; library processes never stop it (``started_by = "serve"``).
-    ``prompt_cache``: serve the prompt-caching server (``local/NAME`` LMs with ``prompt_cache=True`` use it).
-    """
+    """Run a server in the foreground for other processes (``dspy-for serve``) until Ctrl-C or SIGTERM stops it."""
 
     def _on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    _check_prompt_cache_bytes(prompt_cache_bytes)
-    state_path, lock_path, _ = _paths(name, prompt_cache)
+    check_slots(slots, "--slots")
+    _check_cache_ram(cache_ram_mb)
+    state_path, lock_path, _ = _paths(name)
     with FileLock(str(lock_path), timeout=600):
         existing = _read_state(state_path)
         if existing is not None and _alive(existing.pid) and healthy(existing):
-            kind = "prompt-caching server" if prompt_cache else "server"
             raise ServerError(
-                f"A {kind} for `{name}` is already running at {existing.base_url} (pid {existing.pid}). "
-                "Use it, or stop it first."
+                f"A server for `{name}` is already running at {existing.base_url} (pid {existing.pid}, "
+                f"{existing.slots} slot(s)). Use it, or stop it first."
             )
         info, proc = start_server(
             name,
             port=port,
             n_ctx=n_ctx,
             n_threads=n_threads,
+            slots=slots,
+            cache_ram_mb=cache_ram_mb,
             started_by="serve",
-            prompt_cache=prompt_cache,
-            prompt_cache_bytes=prompt_cache_bytes,
         )
         _write_state(state_path, info)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -386,5 +395,5 @@ def serve_forever(
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        stop_server(name, prompt_cache)
+        stop_server(name)
     return info

@@ -5,11 +5,15 @@
   configuration that produced it): ``gpt-4.1-mini-2025-04-14 fp_44709d6fcb``. A ``model`` that only echoes the
   name the LM asked for, with no fingerprint, says nothing about what served the call: no identity.
 * **The embedded llama.cpp server** (``local/<name>``): the model, the first 12 hex digits of the model file's
-  SHA-256 and the llama-cpp-python version the server runs, known before any call:
-  ``qwen2.5-coder-1.5b sha256:cc324af070c2 llama-cpp-python 0.3.36``.
-* **A cache hit** reports the identity of the call it replays when DSPy's cache kept it: a hosted response is kept
-  whole (its ``model`` and ``system_fingerprint`` with it). The embedded server's answers are kept without the
-  llama-cpp-python build that produced them, so a replayed local answer reports none.
+  SHA-256, the server build (llama.cpp's ``b<build>-<commit>``, as its responses' ``system_fingerprint`` give it;
+  ``own-build`` added for a ``llama-server`` of the user's own) and the parallel slots it serves with (a batch of
+  requests can change an answer at the last bit), known before any call:
+  ``qwen2.5-coder-1.5b sha256:cc324af070c2 llama.cpp b0-0c1e57098 slots=4``.
+* **A cache hit** reports the identity of the call it replays: a hosted response is kept whole by DSPy's cache (its
+  ``model`` and ``system_fingerprint`` with it); the embedded server's answers are cached under its identity (the
+  LM's cache namespace, :mod:`dspy_for.lm.factory`), so a replayed local answer was served by the stack the LM
+  talks to now, and an answer another stack made (an older build, other slots, llama-cpp-python's server) is never
+  replayed as its.
 
 :func:`call_identity` is what the usage recorder keeps with every call (``CallRecord.served_by``);
 :func:`stack_identity` is what an LM is known to be served by before it makes a call (the embedded server only).
@@ -17,7 +21,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,7 +30,6 @@ __all__ = [
     "SERVING_ATTR",
     "call_identity",
     "embedded_identity",
-    "llama_cpp_version",
     "local_identity",
     "response_identity",
     "served_set",
@@ -39,25 +41,17 @@ SERVING_ATTR = "dspy_for_serving"
 _SHA_DIGITS = 12
 
 
-def llama_cpp_version() -> str | None:
-    """The installed llama-cpp-python's version (what ``dspy_for.lm.server`` starts the embedded server with)."""
-    try:
-        return importlib.metadata.version("llama-cpp-python")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+def local_identity(name: str, sha256: str, build: str, slots: int) -> str:
+    """The embedded server's identity: ``<name> sha256:<first 12 hex digits> <build> slots=<slots>`` (``build``: e.g.
+    ``llama.cpp b0-0c1e57098``; ``llama.cpp unknown`` when it is not known)."""
+    return f"{name} sha256:{sha256[:_SHA_DIGITS].lower()} {build or 'llama.cpp unknown'} slots={slots}"
 
 
-def local_identity(name: str, sha256: str, version: str | None) -> str:
-    """The embedded server's identity: ``<name> sha256:<first 12 hex digits> llama-cpp-python <version>``
-    (``unknown`` for a version that is not known)."""
-    return f"{name} sha256:{sha256[:_SHA_DIGITS].lower()} llama-cpp-python {version or 'unknown'}"
-
-
-def embedded_identity(name: str, version: str | None = None) -> str:
+def embedded_identity(name: str, build: str, slots: int) -> str:
     """The identity of the embedded server of registry model ``name``, known without any call: the model file's
-    SHA-256 as the registry pins it (a pulled file is verified against it) and ``version``, the llama-cpp-python
-    the server runs (default: the one installed here, which :mod:`dspy_for.lm.server` starts it with)."""
-    return local_identity(name, get_model(name).sha256, version or llama_cpp_version())
+    SHA-256 as the registry pins it (a pulled file is verified against it), the server ``build`` and its ``slots``
+    (what the running server reports: :class:`dspy_for.lm.server.ServerInfo`)."""
+    return local_identity(name, get_model(name).sha256, build, slots)
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -97,11 +91,12 @@ def stack_identity(lm: Any) -> str | None:
 
 def call_identity(lm: Any, response: Any, *, cache_hit: bool) -> str | None:
     """The identity of the stack that served one call of ``lm`` whose response (as DSPy recorded it) is
-    ``response``: the embedded server's for a call it answered now (none for one DSPy's cache replays: see the
-    module docstring), else what the response states."""
+    ``response``: the embedded server's, for a call it answered now or one DSPy's cache replays (cached under that
+    identity: see the module docstring), else what the response states. ``cache_hit`` is kept for callers that
+    tell the two apart; it changes nothing here."""
     known = stack_identity(lm)
     if known is not None:
-        return None if cache_hit else known
+        return known
     return response_identity(response, _asked(lm))
 
 

@@ -120,8 +120,8 @@ class CallRecord:
     reasoning_tokens: int = 0  # of the completion tokens, those spent reasoning (reasoning models)
     cost: float | None = None  # USD (a cache hit: what the original call cost); None: not priced
     #: what served the call (:mod:`dspy_for.lm.serving`: a hosted model's snapshot and ``system_fingerprint``, the
-    #: embedded server's model hash and llama-cpp-python version; a cache hit: the replayed call's, when DSPy's cache
-    #: kept it); None when the LM reported none
+    #: embedded server's model hash, build and slots; a cache hit: the replayed call's, when DSPy's cache kept it);
+    #: None when the LM reported none
     served_by: str | None = None
 
     def without_content(self) -> CallRecord:

@@ -28,6 +28,7 @@ from typing import Any
 
 import dspy
 
+from dspy_for.compat.dspy import attribute_path
 from dspy_for.errors import ConfigError
 from dspy_for.jsonwalk import walk
 from dspy_for.lm import make_lm
@@ -56,11 +57,17 @@ logger = logging.getLogger("dspy_for.modules")
 
 
 class UnsuppliedLM(dspy.BaseLM):
-    """Stands in for a role's LM that a loaded program could not carry: a call raises a ConfigError naming the fix."""
+    """Stands in for a role's LM that a loaded program could not carry: a call raises a ConfigError naming the fix.
+    ``role``: a role predictor's (its role, label, constructor parameter and saved record), so the message can name
+    where the predictor sits in the program called (:meth:`message_at`)."""
 
-    def __init__(self, model: str, message: str) -> None:
+    def __init__(self, model: str, message: str, role: dict[str, Any] | None = None) -> None:
         super().__init__(model=model, cache=False)
-        self.message = message
+        self.message, self.role = message, role
+
+    def message_at(self, path: str | None) -> str:
+        """The message, naming the predictor by its attribute path ``path`` (``solver.debate.debater``) if known."""
+        return self.message if self.role is None or path is None else _role_message(**self.role, path=path)
 
     def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
         raise ConfigError(self.message)
@@ -136,11 +143,12 @@ def restore(program: dspy.Module, records: Mapping[str, Any], before: Mapping[st
 
 def check_supplied(program: dspy.Module) -> None:
     """Raise the :class:`UnsuppliedLM`'s ConfigError of the first role whose LM a loaded program could not carry."""
-    for _, predictor in program.named_predictors():
+    for name, predictor in program.named_predictors():
         routed = getattr(predictor, "routed_lm", None)
         lm = routed() if callable(routed) else predictor.lm
         if isinstance(lm, UnsuppliedLM):
-            raise ConfigError(lm.message)
+            where = attribute_path(program)  # where the program sits in the one being called
+            raise ConfigError(lm.message_at(f"{where}.{name}" if where else name))
 
 
 def _keeps_own(predictor: Any) -> bool:
@@ -203,17 +211,29 @@ def _unsupplied(program: dspy.Module, name: str, record: Mapping[str, Any]) -> U
 
 
 def _unsupplied_role(predictor: Any, record: Mapping[str, Any]) -> UnsuppliedLM:
-    label, role = getattr(predictor, "label", "a role"), getattr(predictor, "role", "?")
-    param = getattr(predictor, "lm_parameter", None)
-    give = f"`{param}=<LM>` when you build the program you load into, or " if param else ""
-    fix = (
-        f"give it again: {give}`<predictor>.role_lm = <LM>` on the loaded program's `{label}` predictor "
-        "(`program.set_lm(lm)` puts every predictor on one LM)"
-    )
-    model, why = _why_unsupplied(record, fix)
-    message = f"The LM of the `{role}` role (`{label}`) in this loaded program (`{model}`) {why}."
+    role: dict[str, Any] = {
+        "role": getattr(predictor, "role", "?"),
+        "label": getattr(predictor, "label", "a role"),
+        "param": getattr(predictor, "lm_parameter", None),
+        "record": dict(record),
+    }
+    message = _role_message(**role)
     logger.warning(message)
-    return UnsuppliedLM(str(model), message)
+    return UnsuppliedLM(_why_unsupplied(record, "")[0], message, role)
+
+
+def _role_message(role: str, label: str, param: str | None, record: Mapping[str, Any], path: str | None = None) -> str:
+    """Why a loaded role predictor has no LM and how to give it one; ``path``: where it sits in the program called."""
+    give = f"`{param}=<LM>` when you build the program you load into, or " if param else ""
+    where = (
+        f"`program.{path}.role_lm = <LM>`"
+        if path
+        else f"`<predictor>.role_lm = <LM>` on the loaded program's `{label}` predictor"
+    )
+    fix = f"give it again: {give}{where} (`program.set_lm(lm)` puts every predictor on one LM)"
+    model, why = _why_unsupplied(record, fix)
+    at = f" at `{path}` (`{label}`)" if path else f" (`{label}`)"
+    return f"The LM of the `{role}` role{at} in this loaded program (`{model}`) {why}."
 
 
 def _why_unsupplied(record: Mapping[str, Any], fix: str) -> tuple[str, str]:

@@ -22,7 +22,11 @@ own LM; else the LM in force. So the wrappers vary each role's own LM, and nothi
 off it.
 
 Each role predictor's class is named ``<Module>.<role>`` (:func:`role_class`), which is how ``mlflow.dspy.autolog()``
-names its span (``FORPrompting.debater.forward``); an LM error raised inside a role says so (:func:`naming_errors`).
+names its span (``FORPrompting.debater.forward``); its source is found as any class's (DSPy's program-aware proposer
+reads a program through it). An LM error raised inside a role names it (:func:`naming_errors`): by its label, and by
+its attribute path in the program called when it sits deeper (``solver.debate.debater (FORPrompting.debater)``), so
+two modules' roles are told apart. After a load that could not give a role its LM, an LM put on it
+(``program.set_lm(lm)``, the LM in force too) becomes its own.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ import copy
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import dspy
 
+from dspy_for.compat.dspy import attribute_path
 from dspy_for.errors import ConfigError, DspyForError
 from dspy_for.lm import resolve_lm
 from dspy_for.modules import role_lm_state as saved
@@ -61,6 +66,9 @@ class RolePredict(dspy.Predict):
         lm_parameter: the constructor parameter of ``module`` that takes this LM, named in the error that asks for
             an LM a loaded program could not carry.
     """
+
+    #: the label a role class (:func:`role_class`) is made for; None on any other class
+    role_class_label: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -116,7 +124,18 @@ class RolePredict(dspy.Predict):
         if kwargs.get("lm") is not None:
             return kwargs
         lm = self.routed_lm()
+        if isinstance(lm, saved.UnsuppliedLM):  # refused before any LM call, naming where the role sits
+            raise ConfigError(lm.message_at(attribute_path(self)))
         return {**kwargs, "lm": lm} if lm is not None else kwargs
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """DSPy's, except that an LM put on a role whose own LM a load could not give back (``program.set_lm(lm)``, as
+        the load's error says) becomes the role's own LM, the LM in force too; a wrapper's resample of the LM in force
+        (``dspy.BestOfN``) does not stand in for it."""
+        unsupplied = isinstance(self.__dict__.get("role_lm"), saved.UnsuppliedLM)
+        if name == "lm" and value is not None and unsupplied and not resample_changes(value, dspy.settings.lm):
+            self.__dict__["role_lm"] = value
+        super().__setattr__(name, value)
 
     # ---------------------------------------------------------------------------------- state and copies
 
@@ -157,6 +176,13 @@ class RolePredict(dspy.Predict):
         dspy.Module.__setstate__(new, copy.deepcopy(self.__getstate__(), memo))
         return new
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """A role class is made at run time (:func:`role_class`): its instance pickles as its label and state."""
+        label = type(self).role_class_label
+        if label is None:
+            return super().__reduce_ex__(protocol)
+        return _role_predictor, (label,), self.__getstate__()
+
     def __repr__(self) -> str:
         own = f", role_lm={getattr(self.role_lm, 'model', None)}" if self.__dict__.get("role_lm") is not None else ""
         return f"{self.label}({self.signature}{own})"
@@ -189,20 +215,33 @@ def resample_changes(given: Any, base: Any) -> dict[str, Any] | None:
 
 def role_class(label: str) -> type[RolePredict]:
     """The :class:`RolePredict` subclass named ``label`` (``FORPrompting.debater``): MLflow names a module's span after
-    its class. Made once per label and kept in this module, so pickles (by reference) find it again."""
+    its class. Made once per label, by the class statement below, so ``inspect`` finds its source (DSPy's
+    ``get_dspy_source_code``, MIPROv2's program-aware proposer); an instance pickles as its label
+    (:meth:`RolePredict.__reduce_ex__`)."""
     if not _LABEL.match(label):
         raise ConfigError(f"A role predictor's name must be dotted identifiers (`Module.role`), got {label!r}.")
-    qualname = _CLASS_PREFIX + label.replace(".", "__")
-    cls = globals().get(qualname)
+    cls = _ROLE_CLASSES.get(label)
     if cls is None:
-        cls = type(qualname, (RolePredict,), {"__module__": __name__, "__qualname__": qualname, "__doc__": label})
-        cls.__name__ = label
-        globals()[qualname] = cls
-    return cls  # type: ignore[no-any-return]
+
+        class Role(RolePredict):
+            """One role of a module: a ``dspy.Predict`` on the role's own LM, its class named for the role."""
+
+        Role.__name__, Role.role_class_label = label, label
+        cls = _ROLE_CLASSES.setdefault(label, Role)
+    return cls
+
+
+_ROLE_CLASSES: dict[str, type[RolePredict]] = {}
+
+
+def _role_predictor(label: str) -> RolePredict:
+    """An empty predictor of the role class ``label``, its state to come (how a pickled role predictor is rebuilt)."""
+    cls = role_class(label)
+    return cls.__new__(cls)
 
 
 def __getattr__(name: str) -> Any:
-    """A role class made in another process, found when a pickle names it (PEP 562)."""
+    """A role class by the name pickles written before kept it under (PEP 562)."""
     if name.startswith(_CLASS_PREFIX) and name != _CLASS_PREFIX:
         return role_class(name.removeprefix(_CLASS_PREFIX).replace("__", "."))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -233,10 +272,18 @@ def _is_lm_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in {m.split(".")[0] for m in _LM_ERROR_MODULES}
 
 
+def _where(predictor: RolePredict) -> str:
+    """``predictor`` as an error names it: its label (``FORPrompting.debater``), and its attribute path in the program
+    called when that is deeper than its module's own attribute (``solver.second.debater (FORPrompting.debater)``)."""
+    path = attribute_path(predictor)
+    return f"{path} ({predictor.label})" if path is not None and "." in path else predictor.label
+
+
 def _name(exc: Exception, predictor: RolePredict, lm: Any) -> None:
     model = str(getattr(lm, "model", None) or type(lm).__name__)
     text = str(exc)
-    prefix = f"{predictor.label}: " if f"[{model}]" in text else f"{predictor.label} ({model}): "
+    where = _where(predictor)
+    prefix = f"{where}: " if f"[{model}]" in text else f"{where} ({model}): "
     try:
         setattr(exc, _NAMED_ATTR, predictor.label)
         message = getattr(exc, "message", None)
@@ -246,8 +293,8 @@ def _name(exc: Exception, predictor: RolePredict, lm: Any) -> None:
             exc.args = (prefix + exc.args[0], *exc.args[1:])
     except (AttributeError, TypeError):  # an exception that takes no new attributes keeps its message
         return
-    if predictor.label not in str(exc):
-        exc.add_note(f"raised in {predictor.label} ({model})")
+    if where not in str(exc):
+        exc.add_note(f"raised in {where} ({model})")
 
 
 def _dspy_error() -> type[Exception]:

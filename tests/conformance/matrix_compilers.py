@@ -8,6 +8,7 @@ asserted for every cell from the server's log (:func:`matrix_context.check_routi
 from __future__ import annotations
 
 import hashlib
+import inspect
 import re
 from collections.abc import Callable
 from typing import Any
@@ -141,9 +142,23 @@ def _tuned(ctx: Ctx, program: dspy.Module) -> None:
     assert MARKER in final.signature.instructions, f"{ctx.spec.final}'s instruction was not changed"
 
 
+def _read_the_source(ctx: Ctx, program: dspy.Module, start: int) -> None:
+    """The proposer's calls from ``start`` were given the program's source: its own class, the module's, each role's."""
+    proposer = [c.text for c in ctx.calls(start) if c.model == model_name("proposer")]
+    shown = [t for t in proposer if "[[ ## program_code ## ]]" in t]
+    assert shown, "the proposer was never given the program's code (MIPROv2 ran without its program-aware proposer)"
+    for cls in {type(program), ctx.spec.cls, *(type(p) for p in program.predictors() if type(p) is not dspy.Predict)}:
+        if cls.__module__.startswith("dspy."):
+            continue  # DSPy's own modules, whose source DSPy leaves out
+        first = inspect.getsource(cls).strip().splitlines()[0]
+        assert any(first in t for t in shown), f"the proposer never saw {cls.__name__}'s source ({first!r})"
+
+
 def run_mipro(ctx: Ctx) -> None:
     ctx.responder.tuned = True
     ctx.tools.add(model_name("proposer"))
+    program = ctx.build()
+    start = len(ctx.server.requests)
     optimizer = dspy.MIPROv2(
         metric,
         prompt_model=ctx.lm(model_name("proposer")),
@@ -156,16 +171,17 @@ def run_mipro(ctx: Ctx) -> None:
         verbose=False,
     )
     compiled = optimizer.compile(
-        ctx.build(),
+        program,
         trainset=TRAIN,
         valset=VAL,
         num_trials=4,
         minibatch=False,
-        program_aware_proposer=False,  # the proposer's smallest setting: instructions from the signature alone
+        program_aware_proposer=True,  # the proposer reads the program's source (every role predictor's class too)
         data_aware_proposer=False,
         tip_aware_proposer=False,
         fewshot_aware_proposer=False,
     )
+    _read_the_source(ctx, program, start)
     _tuned(ctx, compiled)
     _after(ctx, compiled)
 
@@ -261,8 +277,9 @@ COMPILERS: dict[str, EntryPoint] = {
         ),
         _compiler(
             "mipro",
-            "`MIPROv2(auto=None)`, instructions only",
-            "a proposed instruction kept on the final predictor (the proposer's calls name its prompt model)",
+            "`MIPROv2(auto=None)`, instructions only, program-aware",
+            "its proposer reads the program's source (each class: the program's, the module's, each role's); a "
+            "proposed instruction kept on the final predictor (the proposer's calls name its prompt model)",
             run_mipro,
         ),
         _compiler(

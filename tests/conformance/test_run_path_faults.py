@@ -311,3 +311,17 @@ def test_rich_markup_does_not_eat_the_range_in_the_error(fault_server, tmp_path,
     monkeypatch.chdir(tmp_path)
     out = CliRunner().invoke(app, ["sweep", str(_sweep_cfg(tmp_path, fault_server.base_url, low=-1))])
     assert out.exit_code == 2 and "[search.rounds]" in out.output, out.output
+
+
+def test_a_line_that_is_not_a_record_is_set_aside_and_only_its_item_runs_again(fault_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path, plain_lm(fault_server), first=3)
+    compare(spec)
+    store = next((tmp_path / "results").rglob("*.jsonl"))
+    lines = store.read_bytes().splitlines(keepends=True)
+    store.write_bytes(lines[0] + b"\xff\xfe binary\n" + b"[1, 2]\n" + lines[2])  # the second record lost
+    before = len(fault_server.requests)
+    result = compare(spec)
+    assert len(fault_server.requests) - before == 1  # its item, once (CoT: one call); the others reused
+    assert store.with_name(store.name + ".unreadable").read_bytes() == b"\xff\xfe binary\n[1, 2]\n"
+    assert result.results["gsm8k"]["cot"].n_scored == 3 and result.ok

@@ -205,3 +205,32 @@ def test_a_configs_dry_run_key_plans_and_the_flag_turns_it_off(tmp_path, no_lm_n
     assert isinstance(compare(config), RunPlan)
     with pytest.raises(AssertionError, match="a dry run must"):  # the run itself: refused by the guard
         compare(config, dry_run=False)
+
+
+def test_a_local_cell_with_nothing_stored_is_timed_at_the_models_measured_speed_at_its_slots(tmp_path, no_lm_no_run):
+    """The registry's speed of the model at the slots the run serves it with: seconds per call stretched by how much
+    slower each of the slots' streams runs than one alone; no number at slots nothing measured, or for a model with
+    no measured speed."""
+    from dspy_for.experiments.core.estimates import DEFAULT_CALL
+    from dspy_for.lm.options import DEFAULT_SLOTS
+    from dspy_for.lm.registry import get_model
+
+    def plan(lm: str, **kw):
+        return compare(
+            lm=lm, dataset="gsm8k", split="sample", methods="cot", first=3, results_dir=str(tmp_path / "items"),
+            dry_run=True, **kw,
+        )  # fmt: skip
+
+    speed = get_model("qwen2.5-coder-1.5b").speed
+    (cell,) = plan("local/qwen2.5-coder-1.5b").cells
+    per_call = speed.call_seconds(DEFAULT_CALL.prompt, DEFAULT_CALL.completion, DEFAULT_SLOTS)
+    assert per_call is not None and cell.seconds is not None and cell.seconds.value == pytest.approx(3 * per_call)
+    assert f"qwen2.5-coder-1.5b's measured speed with {DEFAULT_SLOTS} slot(s)" in cell.source
+    (alone,) = plan("local/qwen2.5-coder-1.5b", lm_options={"slots": 1}).cells
+    assert alone.seconds is not None and alone.seconds.value < cell.seconds.value  # one stream alone runs faster
+    (unmeasured,) = plan("local/qwen2.5-coder-1.5b", lm_options={"slots": 3}).cells
+    assert unmeasured.seconds is None and "measured speed" not in unmeasured.source
+    assert plan("local/qwen2.5-coder-0.5b").cells[0].seconds is None  # no speed in the registry: not measured
+    assert plan("openai/fake-model").cells[0].seconds is None
+    text = plan_text(plan("local/qwen2.5-coder-1.5b"))
+    assert f"keeps {DEFAULT_SLOTS} items in flight" in text and "not measured" not in text

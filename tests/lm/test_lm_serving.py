@@ -1,6 +1,6 @@
 """What served an LM call: the identity every call records (``CallRecord.served_by``), from a hosted response's
-``model`` and ``system_fingerprint`` or, for the embedded server, from the model file and llama-cpp-python, known
-without any call."""
+``model`` and ``system_fingerprint`` or, for the embedded server, from the model file, the server build and its slots,
+known without any call."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from dspy_for.lm.registry import ModelEntry
 from dspy_for.lm.serving import (
     call_identity,
     embedded_identity,
-    llama_cpp_version,
     response_identity,
     served_set,
     stack_identity,
@@ -50,7 +49,7 @@ def test_the_scripted_lm_reports_no_identity():
 def fake_model(tmp_path, monkeypatch) -> ModelEntry:
     """A registry model ``fake`` whose GGUF file (a few bytes) is pulled into a temporary model directory."""
     content = b"not really a gguf file"
-    entry = ModelEntry("fake", "fake.gguf", len(content), hashlib.sha256(content).hexdigest(), "", 0, (), ())
+    entry = ModelEntry("fake", "fake.gguf", len(content), hashlib.sha256(content).hexdigest(), "", (), ())
     monkeypatch.setenv("DSPY_FOR_MODEL_DIR", str(tmp_path))
     (tmp_path / "fake.gguf").write_bytes(content)
     monkeypatch.setattr(registry, "_load_registry", lambda: {"fake": entry})
@@ -59,20 +58,45 @@ def fake_model(tmp_path, monkeypatch) -> ModelEntry:
 
 def test_the_embedded_servers_identity_is_known_without_any_call(fake_model, tmp_path, monkeypatch):
     monkeypatch.setenv("DSPY_FOR_CACHE_DIR", str(tmp_path / "cache"))
-    info = server.ServerInfo("fake", "fake-x", "127.0.0.1", 1, 0, "library", 4096, 1, llama_cpp_python="0.3.99")
+    info = server.ServerInfo("fake", "fake-x", "127.0.0.1", 1, 0, "library", 4096, 1, slots=3, build="llama.cpp b9-f00")
     monkeypatch.setattr(server, "ensure_server", lambda *a, **k: info)  # no process, nothing listens on port 1
     lm = make_lm("local/fake")
     assert isinstance(lm, factory.LocalLM)
-    expected = f"fake sha256:{fake_model.sha256[:12]} llama-cpp-python 0.3.99"
+    expected = f"fake sha256:{fake_model.sha256[:12]} llama.cpp b9-f00 slots=3"
     assert stack_identity(lm) == expected and stack_identity(lm.copy(temperature=0.5)) == expected
     assert lm.history == []  # no call was made
-    # a call it answers now reports it; one DSPy's cache replays does not (the cache keeps no build)
-    assert call_identity(lm, None, cache_hit=False) == expected
-    assert call_identity(lm, None, cache_hit=True) is None
-    # a state file without the version (an older server): the version installed here, which starts the server
-    installed = llama_cpp_version()
-    assert embedded_identity("fake") == f"fake sha256:{fake_model.sha256[:12]} llama-cpp-python {installed}"
+    # a call it answers now reports it, and so does one DSPy's cache replays: the cache keeps each stack's apart
+    assert call_identity(lm, None, cache_hit=False) == expected == call_identity(lm, None, cache_hit=True)
+    assert lm.cache_namespace == expected
+    assert embedded_identity("fake", "", 1) == f"fake sha256:{fake_model.sha256[:12]} llama.cpp unknown slots=1"
     assert stack_identity(dspy.LM("openai/x")) is None  # an endpoint says what serves it in its answers only
+
+
+def test_an_answer_another_stack_made_is_never_replayed_from_dspys_cache(fake_model, tmp_path, monkeypatch):
+    """The same request to the same model, served by two stacks (another build, other slots): each misses the
+    other's cache entry, so no record names a stack that did not make its answer."""
+    monkeypatch.setenv("DSPY_FOR_CACHE_DIR", str(tmp_path / "cache"))  # make_lm's cache, empty
+    with OpenAICompatibleServer(system_fingerprint="b9-f00") as srv:
+        base = dict(model="fake", host="127.0.0.1", port=srv.port, pid=0, started_by="library", n_ctx=4096)
+
+        def lm_on(build: str, slots: int):
+            info = server.ServerInfo(alias="test-model", n_threads=1, slots=slots, build=build, **base)
+            monkeypatch.setattr(server, "ensure_server", lambda *a, **k: info)
+            return make_lm("local/fake", num_retries=0)
+
+        with track_usage() as usage:
+            # as the embedded server of earlier versions was reached: the same request, without a namespace
+            old = dict(api_base=srv.base_url, api_key="local-no-key", num_retries=0, temperature=0.0, timeout=600.0)
+            factory.LM("hosted_vllm/test-model", **old)("hello there")
+            for build, slots in [("llama.cpp b9-f00", 4), ("llama.cpp b9-f00", 4), ("llama.cpp b9-f00", 1),
+                                 ("llama-cpp-python 0.3.36", 4)]:  # fmt: skip
+                lm_on(build, slots)("hello there")
+        assert len(srv.requests) == 4  # only the third was the second's stack: the cache answered it
+    assert [c.cache_hit for c in usage.calls] == [False, False, True, False, False]
+    assert [c.served_by.split(" ", 2)[2] for c in usage.calls[1:]] == [
+        "llama.cpp b9-f00 slots=4", "llama.cpp b9-f00 slots=4", "llama.cpp b9-f00 slots=1",
+        "llama-cpp-python 0.3.36 slots=4",
+    ]  # fmt: skip
 
 
 def test_a_plain_lm_records_the_endpoints_fingerprint_and_a_cache_hit_the_original_calls(tmp_path, monkeypatch):

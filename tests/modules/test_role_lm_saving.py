@@ -38,7 +38,7 @@ def _isolated_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def serve_local_model_at(monkeypatch: pytest.MonkeyPatch, server: RoleServer, alias: str) -> None:
     """``local/...`` specs reach ``server`` (as a started llama.cpp server would be reached), serving ``alias``."""
-    info = SimpleNamespace(alias=alias, base_url=server.base_url, pid=os.getpid())
+    info = SimpleNamespace(alias=alias, base_url=server.base_url, pid=os.getpid(), slots=4, build="llama.cpp b0-test")
     monkeypatch.setattr(local_server, "ensure_server", lambda *args, **kwargs: info)
 
 

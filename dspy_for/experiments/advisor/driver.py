@@ -50,6 +50,7 @@ from dspy_for.experiments.advisor.volume import (
     volume_rows,
 )
 from dspy_for.experiments.core import MethodResult, load_examples
+from dspy_for.experiments.core.folders import check_results_dir
 from dspy_for.experiments.core.plan import RunPlan, plan_advise
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.sequential import seeded_order
@@ -180,11 +181,13 @@ def _run(
         return time.monotonic() >= deadline
 
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
+    items_dir = spec.items_dir(root)
+    check_results_dir(items_dir, lambda: plan_advise(spec, order, items_dir, pilot=asked["pilot"]))
     advice = _new_advice(spec, d, asked, root / "advise", pilot_items=min(asked["pilot"], len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
     tracked = TrackedRun(
         spec,
-        items_dir=spec.items_dir(root),
+        items_dir=items_dir,
         name=f"advise-{d.name}",
         tags=tags,
         params={"advise": asked},

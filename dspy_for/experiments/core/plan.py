@@ -25,12 +25,11 @@ from dspy_for.experiments.core.estimates import Estimate, sum_estimates
 from dspy_for.experiments.core.evidence import Evidence
 from dspy_for.experiments.core.plan_cells import CellPlan, compile_cell, failed_cell, items_cell
 from dspy_for.experiments.methods import get_method
-from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, load_examples
+from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_examples
 
-__all__ = ["CellPlan", "CostStop", "RunPlan", "examples_or_error", "plan_advise", "plan_compare"]
+__all__ = ["CellPlan", "CostStop", "RunPlan", "examples_or_error", "plan_advise", "plan_compare", "side_by_side"]
 
 #: a sweep's search space is estimated at the corners of its ranges (every choice of a categorical), at most these
-MAX_CORNERS = 256
 
 
 @dataclass(frozen=True)
@@ -182,7 +181,18 @@ def plan_compare(spec: ExperimentSpec, items_dir: Path | None, exclude: Sequence
             )
     if spec.judge is not None:
         notes.append("the judge's calls are not estimated")
-    return RunPlan("compare", cells, spec.num_threads, spec.max_cost, bound=bound, notes=notes)
+    return RunPlan("compare", cells, spec.threads, spec.max_cost, bound=bound, notes=notes + side_by_side(spec))
+
+
+def side_by_side(spec: RunSpec) -> list[str]:
+    """What LM time means when items run side by side."""
+    threads = spec.threads
+    if threads <= 1:
+        return []
+    return [
+        f"LM time adds up every call's seconds, and the run keeps {threads} items in flight (num_threads): its wall "
+        "time is shorter"
+    ]
 
 
 def _sized(m: MethodConfig) -> bool:
@@ -200,6 +210,7 @@ def plan_advise(spec: ExperimentSpec, examples: list[dspy.Example], items_dir: P
         "candidate): this is the most it takes, every candidate on every item"
     )
     notes = [
-        "with a budget, k and N are sized from the pilot's measured cost: estimated here at each candidate's options"
+        "with a budget, k and N are sized from the pilot's measured cost: estimated here at each candidate's options",
+        *side_by_side(spec),
     ]
-    return RunPlan("advise", cells, spec.num_threads, spec.max_cost, bound=bound, notes=notes)
+    return RunPlan("advise", cells, spec.threads, spec.max_cost, bound=bound, notes=notes)

@@ -3,7 +3,8 @@ evidence there is (:mod:`.evidence`), in this order: the cell's own stored recor
 on another dataset or split; for a compiled method, the same method uncompiled on this dataset; else its calls per
 item from its options (its registry entry's ``calls``; a reply the adapter cannot parse is asked again, so the most
 is twice that) times each LM's measured tokens and seconds per call in the run's other cells, or a default token
-count (no LM time then). A compile step: nothing when its compiled program is stored (the run reuses it); else a
+count (no LM time then, except on a local model the registry has a measured speed of: its calls' seconds at the
+slots the run serves it with). A compile step: nothing when its compiled program is stored (the run reuses it); else a
 stored compile of the same method and table on another dataset or split (one measurement: ÷1.5 to ×1.5); else its
 compiler's settings (:func:`~.compile_estimates.compile_work`) × the program's cost per item and the optimizer LM's
 per call."""
@@ -37,12 +38,15 @@ from dspy_for.experiments.core.evidence import (
     lm_name,
     optimizer_lm_of,
     price_of,
+    role_lm_of,
     role_prices,
 )
 from dspy_for.experiments.core.records import record_key
 from dspy_for.experiments.methods import get_method, predictor_names
 from dspy_for.experiments.spec.checks import COMPILE_ROLE
-from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig
+from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig, RunSpec
+from dspy_for.lm.options import LOCAL_PREFIX, local_slots
+from dspy_for.lm.registry import get_model
 from dspy_for.optimizers import COMPILERS
 
 __all__ = ["CellPlan", "compile_cell", "items_cell"]
@@ -223,11 +227,29 @@ def options_estimates(
     declared = get_method(m.name).calls_per_item(m.options)
     calls = {r: (float(lo), (lo + hi) / 2, 2.0 * hi) for r, (lo, hi) in declared.items()}
     per: dict[str, PerCall] = {}
+    speeds: list[str] = []
     for r in calls:
-        measured = ev.role_calls(d, others, m, r)
-        per[r] = measured or DEFAULT_CALL
+        per[r], speed = at_local_speed(ev.spec, m, r, ev.role_calls(d, others, m, r) or DEFAULT_CALL)
+        speeds += [speed] if speed else []
     source = f"{m.name}'s options × " + measured_calls(d, per)
+    if speeds:
+        source += "; LM time at " + ", ".join(sorted(set(speeds)))
     return counted_estimates(calls, per, role_prices(ev.spec, m, calls), n, source)
+
+
+def at_local_speed(spec: RunSpec, m: MethodConfig, role: str, per: PerCall) -> tuple[PerCall, str | None]:
+    """``per`` with seconds, when nothing measured them and ``role`` runs on a local model whose speed the registry
+    has for the slots the run serves it with (:meth:`~dspy_for.lm.registry.ModelSpeed.call_seconds`), and what the
+    plan says of it; else ``per`` as it is and None."""
+    lm = role_lm_of(spec, m, role)
+    slots = local_slots(lm, spec.lm_options_for(role))
+    if per.seconds is not None or slots is None:
+        return per, None
+    name = lm[len(LOCAL_PREFIX) :] if isinstance(lm, str) else str(getattr(lm, "local_name", ""))
+    seconds = get_model(name).speed.call_seconds(per.prompt, per.completion, slots)
+    if seconds is None:
+        return per, None
+    return replace(per, seconds=seconds), f"{name}'s measured speed with {slots} slot(s) (models.toml)"
 
 
 def measured_calls(d: DatasetConfig, per: Mapping[str, PerCall]) -> str:

@@ -14,11 +14,14 @@ Records are kept, for resume, in a :class:`~dspy_for.experiments.core.store.Resu
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import types
+import typing
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +59,8 @@ class ItemResult:
     origin: str | None = None  # the run that produced this record (an MLflow run id), when it was tracked
     epoch: int = 0  # which repeat of the item this record is (0: the first; runs with ``epochs = k`` have 0..k-1)
     #: what served this record's LM calls (the method's; the judge's are apart): one identity string per distinct
-    #: serving stack (a hosted model's dated snapshot and ``system_fingerprint``; the embedded server's
-    #: llama-cpp-python version and model SHA-256: :mod:`dspy_for.lm.serving`), sorted; empty in records written
+    #: serving stack (a hosted model's dated snapshot and ``system_fingerprint``; the embedded server's model
+    #: SHA-256, build and slots: :mod:`dspy_for.lm.serving`), sorted; empty in records written
     #: before it was kept, or when no call reported one
     served_by: list[str] = field(default_factory=list)
 
@@ -88,12 +91,53 @@ class ItemResult:
 
     @classmethod
     def from_json(cls, line: str) -> ItemResult:
-        data = json.loads(line)
-        known = {f.name for f in fields(cls)}
+        """The record a results line keeps; a ``ValueError`` saying why when the line is not one (not JSON, JSON that
+        is not an object, an object without a record's fields or with a field of another type)."""
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError("not JSON") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"JSON that is not an object (a {type(data).__name__})")
         if "error_class" not in data and str(data.get("error") or "").startswith("AdapterParseError"):
             # written before failed and unparsed were told apart: an unparsable answer is a wrong answer
             data = {**data, "error": None, "unparsed": True, "score": 0.0}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        shapes = _shapes()
+        missing = [f.name for f in fields(cls) if f.name not in data and _required(f)]
+        if missing:
+            raise ValueError(f"not a record: no {', '.join(f'`{m}`' for m in missing)}")
+        wrong = [k for k, v in data.items() if k in shapes and not _fits(v, shapes[k])]
+        if wrong:
+            raise ValueError(f"not a record: {', '.join(f'`{k}`' for k in wrong)} of another type")
+        return cls(**{k: v for k, v in data.items() if k in shapes})
+
+
+@functools.cache
+def _shapes() -> dict[str, tuple[type, ...] | None]:
+    """Each field of a record and the JSON types its value may have, from :class:`ItemResult`'s declarations (None:
+    any value)."""
+    return {name: _json_types(hint) for name, hint in typing.get_type_hints(ItemResult).items()}
+
+
+def _json_types(hint: Any) -> tuple[type, ...] | None:
+    if hint is Any:
+        return None
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        parts = [_json_types(h) for h in typing.get_args(hint)]
+        return None if any(p is None for p in parts) else tuple(t for p in parts if p is not None for t in p)
+    kind = typing.get_origin(hint) or hint
+    return (int, float) if kind is float else (kind,)  # a float may be written as an integer
+
+
+def _required(f: Any) -> bool:
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+def _fits(value: Any, kinds: tuple[type, ...] | None) -> bool:
+    """Whether a JSON value can be a field whose value has one of ``kinds`` (a bool is no number)."""
+    if kinds is None:
+        return True
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
 
 
 def record_key(item_key: str, epoch: int) -> str:
@@ -251,11 +295,8 @@ class MethodResult:
         """USD per scored item from the tokens at each role's declared ``price`` (cache hits at their original
         size), for records kept without a cost (stored before costs were recorded); None unless
         :meth:`priced_by_declaration`."""
-        if not self.priced_by_declaration():
-            return None
-        return sum(_declared_cost(Usage.from_dict(i.usage).roles, self.prices) or 0.0 for i in self.scored) / max(
-            1, self.n_answers
-        )
+        scored = [c[None] or 0.0 for c, i in zip(self.record_costs(), self.items, strict=True) if not i.failed]
+        return sum(scored) / max(1, self.n_answers) if self.priced_by_declaration() else None
 
     def priced_by_declaration(self) -> bool:
         """Whether this result's dollars come from each role's declared ``price`` at the records' tokens: some
@@ -273,15 +314,12 @@ class MethodResult:
         declared = self.priced_by_declaration()
         out = []
         for item in self.items:
-            roles = Usage.from_dict(item.usage).roles
-            if declared:
-                costs = {name: _declared_cost({name: r}, self.prices) for name, r in roles.items()}
-                total = _declared_cost(roles, self.prices)
-            else:
-                costs = {name: r.served_cost_usd for name, r in roles.items()}
-                total = Usage.from_dict(item.usage).total.served_cost_usd
-            row: dict[str | None, float | None] = {None: total}
-            row.update(costs)
+            usage = Usage.from_dict(item.usage)
+            row: dict[str | None, float | None] = {
+                None: _declared_cost(usage.roles, self.prices) if declared else usage.total.served_cost_usd
+            }
+            for name, r in usage.roles.items():
+                row[name] = _declared_cost({name: r}, self.prices) if declared else r.served_cost_usd
             out.append(row)
         return out
 

@@ -79,7 +79,7 @@ class Evaluation:
         progress: bool = True,
         origin: str | None = None,
     ) -> None:
-        self.run, self.origin = run, origin
+        self.run, self.origin, self.store = run, origin, store
         self.stored = store.load() if store is not None else {}
         self.progress = ProgressBar(run.method.label, progress)
         self.sinks: list[Sink] = [*([store] if store is not None else []), *sinks, self.progress]
@@ -100,7 +100,7 @@ class Evaluation:
         ``stop`` (or once ``limit`` is reached), no item starts once it returns True: what landed stays, items
         already running on other threads finish and land too (their tokens are spent), what did not start is left
         out."""
-        return feed_together([Feed(self, examples, stop)], num_threads=self.run.spec.num_threads, limit=limit)[0]
+        return feed_together([Feed(self, examples, stop)], num_threads=self.run.spec.threads, limit=limit)[0]
 
     def _plan(self, examples: Iterable[dspy.Example], stop: StopRule | None) -> _Plan:
         """Land the stored records of ``examples`` (every epoch of each: reused) and return what is left to run."""

@@ -31,8 +31,8 @@ _SECONDS = (
     "every answer was)"
 )
 _MIXED = (
-    "†: the cell's records were served by more than one stack (another model snapshot, system_fingerprint, "
-    "llama-cpp-python build or model file; see 'served by' below): an answer can change with the stack alone, so part "
+    "†: the cell's records were served by more than one stack (another model snapshot, system_fingerprint, local "
+    "server build or slots, or model file; see 'served by' below): an answer can change with the stack alone, so part "
     "of the cell's accuracy and Δ may be the stack's; --rerun-changed runs the records another stack served again"
 )
 _COMPILE = (

@@ -1,5 +1,7 @@
 """Checks of a run specification that need more than its own fields: prices (``max_cost``), whether repeated
-items can differ (``epochs``) and each compile table against each dataset's splits. All run before any LM call."""
+items can differ (``epochs``) and each compile table against each dataset's splits, all before any LM call; and the
+items a run keeps in flight (:func:`run_threads`), which its LMs decide. A spec is read through what they need of it
+(:class:`Spec` and its kin), so this module imports none of the spec's."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dspy_for.datasets import dataset_info
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import CompileSpec, get_method
 from dspy_for.experiments.spec.data import DatasetConfig
+from dspy_for.lm.options import local_slots
 from dspy_for.lm.pricing import is_priced
 
 __all__ = [
@@ -20,11 +23,13 @@ __all__ = [
     "Method",
     "Repeated",
     "Spec",
+    "Threaded",
     "check_compiles",
     "check_epochs_sample",
     "check_priced",
     "compile_lms",
     "compile_roles",
+    "run_threads",
 ]
 
 #: an LM as a run names it: a model string (``openai/gpt-4.1-mini``, ``local/<name>``) or any ``dspy.BaseLM``
@@ -66,6 +71,23 @@ class Spec(Protocol):
     def lm_build_options(self, lm: str, role: str | None, temperature: float | None = None) -> dict[str, Any]: ...
 
     def _method_lms(self, role: str) -> list[LMLike]: ...
+
+
+class Judged(Protocol):
+    @property
+    def lm(self) -> LMLike: ...
+
+
+class Threaded(Spec, Protocol):
+    """A spec as :func:`run_threads` reads it: the threads asked for, every role, the judge."""
+
+    @property
+    def num_threads(self) -> int | None: ...
+
+    @property
+    def judge(self) -> Judged | None: ...
+
+    def method_roles(self) -> set[str]: ...
 
 
 class Repeated(Spec, Protocol):
@@ -146,3 +168,14 @@ def check_epochs_sample(spec: Repeated) -> None:
                 "repeats replay the first from the DSPy cache, or differ only by chance. Set a sampling temperature "
                 "(`--lm-option temperature=0.7`, or `temperature` in the method's options) or drop `epochs`."
             )
+
+
+def run_threads(spec: Threaded) -> int:
+    """Items ``spec`` runs at once: its ``num_threads``; by default the slots of the local server its LMs use (the most,
+    when several: :func:`~dspy_for.lm.options.local_slots`), else 1."""
+    if spec.num_threads is not None:
+        return spec.num_threads
+    roles = spec.method_roles() | ({"judge"} if spec.judge is not None else set())
+    pairs = [(lm, spec.lm_options_for(r)) for r in roles for lm in {spec.lm_for(r), *spec._method_lms(r)}]
+    pairs += [(spec.judge.lm, spec.lm_options_for("judge"))] if spec.judge is not None else []
+    return max((s for lm, options in pairs if (s := local_slots(lm, options)) is not None), default=1)

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import dspy
 
 from dspy_for.datasets import dataset_info, register_jsonl
+from dspy_for.datasets.formats import read_utf8
 from dspy_for.datasets.user import USER_SPLIT
 from dspy_for.errors import ConfigError, DatasetError
 from dspy_for.experiments.spec.model import (
@@ -302,7 +303,7 @@ def read_toml(path: str | Path, what: str, examples: str) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"{what} `{p}` does not exist. Pass an existing TOML file (see {examples}).")
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        return tomllib.loads(read_utf8(p, ConfigError))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{what} `{p}` is not valid TOML: {exc}.") from None
 

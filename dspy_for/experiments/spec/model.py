@@ -27,6 +27,7 @@ from dspy_for.experiments.spec.checks import (
     check_priced,
     compile_lms,
     compile_roles,
+    run_threads,
 )
 from dspy_for.experiments.spec.data import DatasetConfig, load_examples, positive_int
 from dspy_for.experiments.spec.identity import prompts_fingerprint, stable_hash
@@ -34,7 +35,7 @@ from dspy_for.experiments.spec.settings import SETTINGS
 from dspy_for.jsonwalk import leaves, walk
 from dspy_for.judges import RUBRICS
 from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm, is_reasoning_model, lm_defaults
-from dspy_for.lm.factory import REASONING_MAX_TOKENS, TRANSPORT_OPTIONS
+from dspy_for.lm.options import REASONING_MAX_TOKENS, SERVER_OPTIONS, TRANSPORT_OPTIONS
 
 __all__ = ["DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "ProgramSpec", "RunSpec"]
 __all__ += ["load_examples", "prompts_fingerprint"]
@@ -113,14 +114,14 @@ class RunSpec:
     cache: bool = True
     judge: JudgeConfig | None = None
     # run settings: each declared once in spec/settings.py (meaning, commands, flag, check); none changes a result
-    num_threads: int = SETTINGS["num_threads"].default
+    num_threads: int | None = SETTINGS["num_threads"].default  # None: the local server's slots, else 1 (`threads`)
     tracking_uri: str | None = SETTINGS["tracking_uri"].default
     max_cost: float | None = SETTINGS["max_cost"].default  # enforced by the run core's SpendLimit
     epochs: int = SETTINGS["epochs"].default  # each its own record; `reducer` makes one value per item of them
     reducer: str = SETTINGS["reducer"].default
     traces: bool = SETTINGS["traces"].default
     dry_run: bool = SETTINGS["dry_run"].default  # the plan, not the run: dspy_for.experiments.core.plan
-
+    threads = property(run_threads)  # items run at once: spec/checks.py's run_threads
     #: the command this kind of spec runs (which declared settings it takes)
     COMMAND: ClassVar[str] = ""
     #: fields that change no result (left out of fingerprints and result keys): the run settings, the experiment
@@ -175,7 +176,7 @@ class RunSpec:
             options = self.lm_options_for(r)
             if isinstance(lm, str) and is_reasoning_model(lm, options):
                 options = self.lm_build_options(lm, r)  # the temperature and budget it runs at are not the defaults
-            options = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS}
+            options = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS + SERVER_OPTIONS}
             out[r] = {"lm": lm if isinstance(lm, str) else describe_lm(lm), **({"options": options} if options else {})}
         return out
 

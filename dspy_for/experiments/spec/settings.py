@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.spec.data import positive_int
+from dspy_for.lm.options import DEFAULT_SLOTS
 from dspy_for.stats import check_reducer
 
 __all__ = [
@@ -138,14 +139,16 @@ declare(
     Setting(
         "num_threads",
         int,
-        1,
-        "Items run at once, over every method and dataset: 8-32 for a remote endpoint, 1 for the local server "
-        "(serial).",
+        None,
+        f"Items run at once, over every method and dataset. Default: the local server's `slots` ({DEFAULT_SLOTS} "
+        "unless an LM option sets them) when the run uses a local model, else 1; 8-32 suit a remote endpoint.",
         metavar="N",
         check=positive_int,
         old_flags=("--threads",),
     )
 )
+
+
 declare(
     Setting(
         "max_cost",
@@ -248,8 +251,8 @@ declare(
         bool,
         False,
         "Run again the stored records served by another stack than the one this run talks to (another model "
-        "snapshot, system_fingerprint, llama-cpp-python or model file), bypassing DSPy's cache; records without a "
-        "serving identity are kept. Needs stored records.",
+        "snapshot, system_fingerprint, local server build or slots, or model file), bypassing DSPy's cache; records "
+        "without a serving identity are kept. Needs stored records.",
         commands=frozenset({"compare"}),
     )
 )

@@ -10,7 +10,7 @@ from typing import Literal
 
 from dspy_for.experiments.core.estimates import CellEstimates, Estimate
 from dspy_for.experiments.core.evidence import Evidence
-from dspy_for.experiments.core.plan import RunPlan, examples_or_error
+from dspy_for.experiments.core.plan import RunPlan, examples_or_error, side_by_side
 from dspy_for.experiments.core.plan_cells import CellPlan, compile_cell, failed_cell, options_estimates
 from dspy_for.experiments.spec.model import DatasetConfig, MethodConfig
 from dspy_for.experiments.sweeps.spec import SweepSpec
@@ -24,7 +24,7 @@ MAX_CORNERS = 256
 def plan_sweep(spec: SweepSpec) -> RunPlan:
     """A sweep's plan (``spec``: a :class:`~dspy_for.experiments.sweeps.spec.SweepSpec`): one trial's cost over the
     corners of its search space, for ``n_trials`` trials. A sweep keeps no records, so its estimates count calls from
-    options at default tokens (no LM time)."""
+    options at default tokens (LM time only on a local model of measured speed)."""
     d = spec.dataset
     examples, error = examples_or_error(d)
     corners = list(_corners(spec))
@@ -32,7 +32,7 @@ def plan_sweep(spec: SweepSpec) -> RunPlan:
     first = corners[0]
     if examples is None:
         cells = [failed_cell(d, corners[0], "items", error or "no items")]
-        return RunPlan("sweep", cells, spec.num_threads, spec.max_cost, trials=spec.n_trials)
+        return RunPlan("sweep", cells, spec.threads, spec.max_cost, trials=spec.n_trials)
     n = len(examples) * spec.epochs
     label = "trial" if len(corners) > 1 else first.label
     first = replace(first, name=", ".join(spec.methods))  # (a row's method: every method the sweep searches)
@@ -47,8 +47,9 @@ def plan_sweep(spec: SweepSpec) -> RunPlan:
     notes = [
         f"one trial at any point of the search space ({len(corners)} corners of its ranges), {spec.n_trials} trials; "
         "a pruned trial stops early, and the DSPy cache answers a repeated call for free",
+        *side_by_side(spec),
     ]
-    return RunPlan("sweep", cells, spec.num_threads, spec.max_cost, trials=spec.n_trials, notes=notes)
+    return RunPlan("sweep", cells, spec.threads, spec.max_cost, trials=spec.n_trials, notes=notes)
 
 
 def _over(

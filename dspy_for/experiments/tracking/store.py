@@ -12,11 +12,13 @@ value equal to a secret-looking environment variable, in params, tags and artifa
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
 import os
 import platform
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -27,8 +29,11 @@ from typing import Any, TypeVar
 
 from filelock import FileLock
 
+from dspy_for.errors import PathError, ServerError
+from dspy_for.experiments.core.folders import writable_folder
 from dspy_for.experiments.core.sinks import critical
 from dspy_for.jsonwalk import flat_items
+from dspy_for.lm.llama_build import server_build
 from dspy_for.secrets import is_secret_key, redact
 
 __all__ = [
@@ -36,6 +41,7 @@ __all__ = [
     "client",
     "default_tracking_uri",
     "end_run",
+    "end_stale_runs",
     "environment_params",
     "log_figure",
     "log_json",
@@ -92,7 +98,7 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
     root = tracking_root(uri)
     if uri.startswith("sqlite:///"):
         artifact_root = (root / "artifacts").resolve().as_uri()
-    root.mkdir(parents=True, exist_ok=True)
+    _check_writable(root, uri)
     with FileLock(str(root / ".dspy_for_store.lock")):
         if uri.startswith("sqlite:///"):
             _write_ahead_log(Path(uri[len("sqlite:///") :].split("?", 1)[0]))
@@ -104,6 +110,19 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
             exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root)
     mlflow.set_experiment(experiment_id=exp_id)
     return root
+
+
+def _check_writable(root: Path, uri: str) -> None:
+    """The folder beside the store (created when missing) and a SQLite store's file can be written; else a
+    :class:`~dspy_for.errors.PathError` naming them and the fix, before anything runs."""
+    fix = "pass another store (`--tracking-uri sqlite:///DIR/mlflow.db`, the config's `tracking_uri`)"
+    refused = writable_folder(root, "The MLflow store's folder", fix)
+    where = root
+    db = Path(uri[len("sqlite:///") :].split("?", 1)[0]) if uri.startswith("sqlite:///") else None
+    if refused is None and db is not None and db.is_file() and not os.access(db, os.W_OK):  # (opening the file
+        refused, where = PermissionError(errno.EACCES, os.strerror(errno.EACCES)), db  # would drop SQLite's locks)
+    if refused is not None:
+        raise PathError(f"The MLflow store {where} cannot be written ({refused.strerror}): make it writable, or {fix}.")
 
 
 def _write_ahead_log(db: Path) -> None:
@@ -158,6 +177,14 @@ def _version(pkg: str) -> str:
         return "not installed"
 
 
+def build_label() -> str:
+    """The local server's build as the serving identity names it (``llama.cpp b0-0c1e57098``), or ``not built``."""
+    try:
+        return server_build().label
+    except ServerError:
+        return "not built"
+
+
 def environment_params() -> dict[str, str]:
     """Package versions, Python, platform and the git commit (if any) of the working directory."""
     try:
@@ -165,8 +192,9 @@ def environment_params() -> dict[str, str]:
         dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, timeout=5).stdout
     except (OSError, subprocess.SubprocessError):
         commit, dirty = "", ""
-    packages = ("dspy-for", "dspy", "litellm", "mlflow", "optuna", "llama-cpp-python")
+    packages = ("dspy-for", "dspy", "litellm", "mlflow", "optuna")
     params = {f"version.{p}": _version(p) for p in packages}
+    params["version.llama-server"] = build_label()  # the local server's build (its serving identity names it too)
     params.update(
         {
             "python": platform.python_version(),
@@ -190,9 +218,59 @@ def client() -> Any:
 def start_run(
     name: str, experiment: str, *, parent_id: str | None = None, tags: Mapping[str, str] | None = None
 ) -> str:
-    """A new run in ``experiment`` (nested under ``parent_id``), ended by :func:`end_run`; its id."""
-    all_tags = {**(tags or {}), **({"mlflow.parentRunId": parent_id} if parent_id else {})}
+    """A new run in ``experiment`` (nested under ``parent_id``), ended by :func:`end_run`; its id. It is tagged with
+    the process that runs it (:data:`PROCESS_TAG`), so a later run can end it when that process is gone
+    (:func:`end_stale_runs`)."""
+    all_tags = {**(tags or {}), **({"mlflow.parentRunId": parent_id} if parent_id else {}), PROCESS_TAG: _process()}
     return str(client().create_run(experiment_id(experiment), run_name=name, tags=all_tags).info.run_id)
+
+
+#: the tag naming the process a run runs in: ``<host>:<pid>:<the process's start time>`` (a pid used again by another
+#: process has another start time)
+PROCESS_TAG = "dspy_for.process"
+
+
+def _process(pid: int | None = None) -> str:
+    import psutil
+
+    proc = psutil.Process(pid)
+    return f"{socket.gethostname()}:{proc.pid}:{proc.create_time():.2f}"
+
+
+def _gone(process: str) -> bool:
+    """Whether the process a :data:`PROCESS_TAG` names is gone (killed, crashed); a process on another machine is
+    never known to be."""
+    import psutil
+
+    host, pid, _ = process.rsplit(":", 2)
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        return _process(int(pid)) != process or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+@critical_write
+def end_stale_runs(experiment: str) -> dict[str, list[str]]:
+    """End KILLED every run of ``experiment`` left RUNNING by a process of this machine that is gone (a run killed
+    with SIGKILL, or a crash, cannot end its own runs), tagged ``dspy_for.ended_stale`` with why; returns the ended
+    runs' ids by the pid that left them."""
+    c = client()
+    wanted = f"attributes.status = 'RUNNING' and tags.\"{PROCESS_TAG}\" LIKE '{socket.gethostname()}:%'"
+    ended: dict[str, list[str]] = {}
+    runs = c.search_runs([experiment_id(experiment)], filter_string=wanted, max_results=50_000)
+    for run in runs:
+        process = run.data.tags.get(PROCESS_TAG, "")
+        if not _gone(process):
+            continue
+        pid = process.rsplit(":", 2)[1]
+        c.set_tag(run.info.run_id, "dspy_for.ended_stale", f"left RUNNING by process {pid}, which was gone")
+        c.set_terminated(run.info.run_id, status="KILLED")
+        ended.setdefault(pid, []).append(run.info.run_id)
+    return ended
 
 
 @contextmanager
