@@ -387,3 +387,13 @@ def test_the_readme_python_example_prints_what_the_readme_shows(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines() == shown.strip().splitlines(), done.stdout
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """The README opens with the two commands (set up and run; set up and test) and stays within 120 lines: the
+    manual lives in docs/."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 120, f"README.md has {len(lines)} lines: move the detail to docs/"
+    text = "\n".join(lines[:15])
+    assert "bash scripts/setup.sh && .venv/bin/dspy-for compare experiments/quickstart.toml" in text
+    assert "bash scripts/test.sh" in text
