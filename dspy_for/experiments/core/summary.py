@@ -46,6 +46,11 @@ _REPEATS = (
 )
 
 
+def _per_role(what: str, unit: str, metric: str, frame: str | None = None) -> Measure:
+    """A number per scored answer, per role (``what`` per scored answer, per role)."""
+    return Measure(f"{what} per scored answer, per role", unit, _PER_ANSWER, frame=frame, key="role", metric=metric)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Summary:
     """One method's numbers on one dataset (see the module docstring), each declared where it is held."""
@@ -264,46 +269,16 @@ class Summary:
         int, Measure("stored records run again on the stack now (`rerun_changed`)", unit="records", aggregated="count")
     ] = 0
     tokens_per_item_by_role: Annotated[
-        dict[str, float],
-        Measure(
-            "tokens per scored answer, per role",
-            unit="tokens",
-            aggregated=_PER_ANSWER,
-            frame="tokens_per_item",
-            key="role",
-            metric="tokens_per_item.{key}",
-        ),
+        dict[str, float], _per_role("tokens", "tokens", "tokens_per_item.{key}", frame="tokens_per_item")
     ] = field(default_factory=dict)
     spent_tokens_per_item_by_role: Annotated[
-        dict[str, float],
-        Measure(
-            "tokens spent now (not from a cache) per scored answer, per role",
-            unit="tokens",
-            aggregated=_PER_ANSWER,
-            key="role",
-            metric="tokens_per_item.{key}.spent",
-        ),
+        dict[str, float], _per_role("tokens spent now (not from a cache)", "tokens", "tokens_per_item.{key}.spent")
     ] = field(default_factory=dict)
     cached_tokens_per_item_by_role: Annotated[
-        dict[str, float],
-        Measure(
-            "tokens a cache served per scored answer, per role",
-            unit="tokens",
-            aggregated=_PER_ANSWER,
-            key="role",
-            metric="tokens_per_item.{key}.cached",
-        ),
+        dict[str, float], _per_role("tokens a cache served", "tokens", "tokens_per_item.{key}.cached")
     ] = field(default_factory=dict)
     calls_per_item_by_role: Annotated[
-        dict[str, float],
-        Measure(
-            "LM calls per scored answer, per role",
-            unit="calls",
-            aggregated=_PER_ANSWER,
-            frame="calls_per_item",
-            key="role",
-            metric="calls_per_item.{key}",
-        ),
+        dict[str, float], _per_role("LM calls", "calls", "calls_per_item.{key}", frame="calls_per_item")
     ] = field(default_factory=dict)
     #: a token of one model is never added to another's
     tokens_per_item_by_lm: Annotated[
