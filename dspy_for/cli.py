@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,21 +9,12 @@ import typer
 from rich.markup import escape
 
 from dspy_for.cli_common import (
+    LM_FLAGS,
     LM_HELP,
-    BaselineOpt,
+    SELECTION_FLAGS,
     DataDirOpt,
     DataOpt,
-    DatasetOpt,
-    FirstOpt,
-    JudgeLmOpt,
-    LimitOpt,
-    LmOpt,
-    LmOptionOpt,
-    MatchBudgetOpt,
-    MethodsOpt,
-    RoleLmOpt,
-    RoleLmOptionOpt,
-    SplitOpt,
+    Flags,
     console,
     fail,
     finish,
@@ -32,7 +22,6 @@ from dspy_for.cli_common import (
     method_options,
     print_whole,
     run_command,
-    run_overrides,
     show_progress,
 )
 from dspy_for.cli_export import export
@@ -68,19 +57,25 @@ app.add_typer(models_app, name="models")
 # ------------------------------------------------------------------------------------------- ask
 
 
+#: the LM options of ``ask``: its roles' LMs (one by default) and the completion tokens per call
+ASK_FLAGS: Flags = {
+    "lm": (Annotated[str, typer.Option(help=LM_HELP)], "local/qwen2.5-coder-1.5b"),
+    **{k: v for k, v in LM_FLAGS.items() if k in ("role_lms", "lm_options", "role_lm_options")},
+    "max_tokens": (Annotated[int, typer.Option(help="Max completion tokens per call.")], 1024),
+}
+
+
 @app.command()
+@run_command("ask", ASK_FLAGS)
 def ask(
     question: Annotated[str | None, typer.Argument(help="The question (or use --sample N).")] = None,
     method: Annotated[str, typer.Option(help="Method from the registry: single, cot, for, prorefine, ...")] = "cot",
-    lm: Annotated[str, typer.Option(help=LM_HELP)] = "local/qwen2.5-coder-1.5b",
-    role_lm: RoleLmOpt = None,
-    lm_option: LmOptionOpt = None,
-    role_lm_option: RoleLmOptionOpt = None,
     option: Annotated[list[str] | None, typer.Option(help="Method option KEY=VALUE (repeatable).")] = None,
     rounds: Annotated[int | None, typer.Option(help="FOR-Prompting rounds N (same as --option rounds=N).")] = None,
     sample: Annotated[int | None, typer.Option(help="Ask problem N of the bundled GSM8K-style sample.")] = None,
     signature: Annotated[str, typer.Option(help="DSPy signature.")] = "question -> answer: float",
-    max_tokens: Annotated[int, typer.Option(help="Max completion tokens per call.")] = 1024,
+    *,
+    overrides: Overrides,
 ) -> None:
     """Answer one question with one method; print the answer, the method's trace and the usage table."""
 
@@ -96,9 +91,6 @@ def ask(
         opts = method_options(option)
         if rounds is not None:
             opts["rounds"] = rounds
-        overrides = Overrides(
-            lm=lm, role_lms=role_lm, lm_options=lm_option, role_lm_options=role_lm_option, max_tokens=max_tokens
-        )
         program = prepare_program(method, signature, opts, overrides)  # validated before any LM is built or called
         console.print(f"[bold]question:[/] {question}")
         with console.status(f"running {method} …"), track_usage() as usage, role("task"):
@@ -110,50 +102,32 @@ def ask(
 
 # --------------------------------------------------------------------------------------- compare
 
+COMPARE_FLAGS: Flags = {
+    "sequential": (
+        Annotated[
+            bool | None,
+            typer.Option(
+                "--sequential/--no-sequential",
+                help="Stop as soon as every method vs the baseline is resolved (anytime-valid paired tests).",
+            ),
+        ],
+        None,
+    ),
+    "max_items": (
+        Annotated[int | None, typer.Option(help="With --sequential: the most items each method runs.")],
+        None,
+    ),
+}
+
 
 @app.command()
-@run_command("compare")
+@run_command("compare", SELECTION_FLAGS, LM_FLAGS, COMPARE_FLAGS)
 def compare(
     config: Annotated[Path | None, typer.Argument(help="TOML config (see experiments/*.toml).")] = None,
-    dataset: DatasetOpt = None,
-    data: DataOpt = None,
-    split: SplitOpt = None,
-    limit: LimitOpt = None,
-    first: FirstOpt = None,
-    methods: MethodsOpt = None,
-    baseline: BaselineOpt = None,
-    lm: LmOpt = None,
-    role_lm: RoleLmOpt = None,
-    data_dir: DataDirOpt = None,
-    lm_option: LmOptionOpt = None,
-    role_lm_option: RoleLmOptionOpt = None,
-    judge_lm: JudgeLmOpt = None,
-    match_budget: MatchBudgetOpt = None,
-    sequential: Annotated[
-        bool | None,
-        typer.Option(
-            "--sequential/--no-sequential",
-            help="Stop as soon as every method vs the baseline is resolved (anytime-valid paired tests).",
-        ),
-    ] = None,
-    max_items: Annotated[int | None, typer.Option(help="With --sequential: the most items each method runs.")] = None,
     *,
-    settings: dict[str, Any],
+    overrides: Overrides,
 ) -> None:
     """Compare methods on datasets; print one table per dataset and log everything to MLflow."""
-    overrides = replace(
-        run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, settings),
-        dataset=dataset,
-        data=data,
-        split=split,
-        limit=limit,
-        first=first,
-        methods=methods,
-        baseline=baseline,
-        match_budget=match_budget,
-        sequential=sequential,
-        max_items=max_items,
-    )
     show_progress("dspy_for.optimizers", "dspy_for.experiments")  # compile steps, judging, waiting on a lock
     try:
         with interrupted_exit():
@@ -181,41 +155,41 @@ def compare(
 
 # ----------------------------------------------------------------------------------------- sweep
 
+SWEEP_FLAGS: Flags = {
+    "n_trials": (Annotated[int | None, typer.Option(help="Total trials (across workers and resumes).")], None),
+    "timeout": (
+        Annotated[float | None, typer.Option(help="Stop waiting for workers after this many seconds.")],
+        None,
+    ),
+    "storage": (
+        Annotated[str | None, typer.Option(help="Optuna storage URL (default: journal file in mlruns/).")],
+        None,
+    ),
+    "study": (Annotated[str | None, typer.Option(help="Study name (resumes it if it exists).")], None),
+    "workers": (Annotated[int, typer.Option(help="Local worker processes on the same study.")], 1),
+    "limit": (Annotated[int | None, typer.Option(help="Seeded uniform subsample of N validation items.")], None),
+    "first": (Annotated[int | None, typer.Option(help="Only the first N validation items (after --limit).")], None),
+    "data_dir": (DataDirOpt, None),
+    "final_test": (
+        Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")],
+        False,
+    ),
+}
+
 
 @app.command()
-@run_command("sweep")
+@run_command("sweep", SWEEP_FLAGS, LM_FLAGS)
 def sweep(
     config: Annotated[Path, typer.Argument(help="Sweep TOML config (see experiments/sweep_*.toml).")],
-    n_trials: Annotated[int | None, typer.Option(help="Total trials (across workers and resumes).")] = None,
-    timeout: Annotated[float | None, typer.Option(help="Stop waiting for workers after this many seconds.")] = None,
-    storage: Annotated[str | None, typer.Option(help="Optuna storage URL (default: journal file in mlruns/).")] = None,
-    study: Annotated[str | None, typer.Option(help="Study name (resumes it if it exists).")] = None,
-    workers: Annotated[int, typer.Option(help="Local worker processes on the same study.")] = 1,
-    limit: Annotated[int | None, typer.Option(help="Seeded uniform subsample of N validation items.")] = None,
-    first: Annotated[int | None, typer.Option(help="Only the first N validation items (after --limit).")] = None,
-    lm: LmOpt = None,
-    role_lm: RoleLmOpt = None,
-    data_dir: DataDirOpt = None,
-    lm_option: LmOptionOpt = None,
-    role_lm_option: RoleLmOptionOpt = None,
-    judge_lm: JudgeLmOpt = None,
-    final_test: Annotated[bool, typer.Option(help="Evaluate the best configuration once on the test split.")] = False,
     *,
-    settings: dict[str, Any],
+    overrides: Overrides,
+    options: dict[str, Any],
 ) -> None:
     """Search a method's options with Optuna on validation data; resumable, multi-process, tracked in MLflow."""
-    overrides = replace(
-        run_overrides(lm, role_lm, lm_option, role_lm_option, judge_lm, data_dir, settings),
-        n_trials=n_trials,
-        storage=storage,
-        study=study,
-        limit=limit,
-        first=first,
-    )
     show_progress("dspy_for.sweep", "dspy_for.optimizers", "dspy_for.experiments")  # chunks, trials, compile steps
     try:
         with interrupted_exit():
-            result = run_sweep(config, workers=workers, final_test=final_test, timeout=timeout, overrides=overrides)
+            result = run_sweep(config, overrides=overrides, **options)
     except SweepError as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         console.print("[bold red]The sweep stopped.[/]")
@@ -239,74 +213,86 @@ def sweep(
 
 # ---------------------------------------------------------------------------------------- advise
 
+#: advise's own options, by the names ``advise()`` takes them under (with the LM flags and its run settings)
+ADVISE_FLAGS: Flags = {
+    "lm": (
+        Annotated[str, typer.Option(help="Your LM (every role): a litellm model string or local/<name>.")],
+        ...,
+    ),
+    "budget": (
+        Annotated[
+            float | None,
+            typer.Option(help="Tokens per item (prompt + completion) you can spend; methods over it drop."),
+        ],
+        None,
+    ),
+    "dataset": (
+        Annotated[str | None, typer.Option(help="A benchmark (gsm8k, svamp, aqua, bbh_*), or use --data.")],
+        None,
+    ),
+    "split": (Annotated[str | None, typer.Option(help="The benchmark's split (default val).")], None),
+    "data": (DataOpt, None),
+    "budget_usd": (
+        Annotated[float | None, typer.Option(help="USD per item you can spend; methods over it drop.")],
+        None,
+    ),
+    "methods": (
+        Annotated[
+            str | None,
+            typer.Option(help="Comma-separated candidates (default: every method that reads no gold label)."),
+        ],
+        None,
+    ),
+    "max_items": (Annotated[int | None, typer.Option(help="The most items any method runs.")], None),
+    "timeout": (
+        Annotated[float | None, typer.Option(help="Seconds; then the leader is recommended, marked unresolved.")],
+        None,
+    ),
+    "first": (
+        Annotated[int | None, typer.Option(help="Only the first N items of the data (before the seeded order).")],
+        None,
+    ),
+    "margin": (
+        Annotated[
+            float,
+            typer.Option(help="Accuracy difference (0.05 = 5 points) under which methods tie; the cheapest wins."),
+        ],
+        ADVISE_MARGIN,
+    ),
+    "data_dir": (DataDirOpt, None),
+    "volume": (
+        Annotated[
+            int | None,
+            typer.Option(help="Items you will run: among tied methods the lowest cost per correct answer over N wins."),
+        ],
+        None,
+    ),
+    "compile": (
+        Annotated[
+            str | None,
+            typer.Option(help="Also try each method compiled by these compilers (e.g. bootstrap,gepa); needs --train."),
+        ],
+        None,
+    ),
+    "train": (
+        Annotated[
+            Path | None,
+            typer.Option(help="JSONL the --compile compilers train and validate on (never --data's items)."),
+        ],
+        None,
+    ),
+    **{k: v for k, v in LM_FLAGS.items() if k in ("role_lms", "lm_options", "role_lm_options")},
+}
+
 
 @app.command()
-@run_command("advise")
-def advise(
-    lm: Annotated[str, typer.Option(help="Your LM (every role): a litellm model string or local/<name>.")],
-    budget: Annotated[
-        float | None, typer.Option(help="Tokens per item (prompt + completion) you can spend; methods over it drop.")
-    ] = None,
-    dataset: Annotated[str | None, typer.Option(help="A benchmark (gsm8k, svamp, aqua, bbh_*), or use --data.")] = None,
-    split: Annotated[str | None, typer.Option(help="The benchmark's split (default val).")] = None,
-    data: DataOpt = None,
-    budget_usd: Annotated[float | None, typer.Option(help="USD per item you can spend; methods over it drop.")] = None,
-    methods: Annotated[
-        str | None, typer.Option(help="Comma-separated candidates (default: every method that reads no gold label).")
-    ] = None,
-    max_items: Annotated[int | None, typer.Option(help="The most items any method runs.")] = None,
-    timeout: Annotated[
-        float | None, typer.Option(help="Seconds; then the leader is recommended, marked unresolved.")
-    ] = None,
-    first: Annotated[
-        int | None, typer.Option(help="Only the first N items of the data (before the seeded order).")
-    ] = None,
-    margin: Annotated[
-        float, typer.Option(help="Accuracy difference (0.05 = 5 points) under which methods tie; the cheapest wins.")
-    ] = ADVISE_MARGIN,
-    role_lm: RoleLmOpt = None,
-    lm_option: LmOptionOpt = None,
-    role_lm_option: RoleLmOptionOpt = None,
-    data_dir: DataDirOpt = None,
-    volume: Annotated[
-        int | None,
-        typer.Option(help="Items you will run: among tied methods the lowest cost per correct answer over N wins."),
-    ] = None,
-    compile: Annotated[
-        str | None,
-        typer.Option(help="Also try each method compiled by these compilers (e.g. bootstrap,gepa); needs --train."),
-    ] = None,
-    train: Annotated[
-        Path | None, typer.Option(help="JSONL the --compile compilers train and validate on (never --data's items).")
-    ] = None,
-    *,
-    settings: dict[str, Any],
-) -> None:
+@run_command("advise", ADVISE_FLAGS)
+def advise(*, options: dict[str, Any]) -> None:
     """Which method should you run with your LM on your task, at your token budget? Stops as soon as it is resolved."""
     show_progress("dspy_for.advise", "dspy_for.experiments")
     try:
         with interrupted_exit():
-            result = run_advise(
-                lm=lm,
-                role_lms=role_lm,
-                lm_options=lm_option,
-                role_lm_options=role_lm_option,
-                budget=budget,
-                dataset=dataset,
-                split=split,
-                data=data,
-                methods=methods,
-                max_items=max_items,
-                timeout=timeout,
-                first=first,
-                margin=margin,
-                data_dir=data_dir,
-                budget_usd=budget_usd,
-                volume=volume,
-                compile=compile,
-                train=train,
-                **settings,
-            )
+            result = run_advise(**options)
     except DspyForError as exc:
         fail(exc)
         return

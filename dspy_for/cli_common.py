@@ -1,6 +1,8 @@
 """What the ``dspy-for`` command modules share: the options every run command takes (its run settings from their
-declarations in ``experiments/spec/settings.py``), the console, the exits for bad input and for a run's end,
-progress."""
+declarations in ``experiments/spec/settings.py``; the LM and data options, declared once here as flag sets), how a
+command gets them (:func:`run_command`: folded into one :class:`~dspy_for.experiments.spec.config.Overrides`, or one
+mapping of keyword arguments for the library call, never forwarded by hand), the console, the exits for bad input
+and for a run's end, progress."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import inspect
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,9 +27,12 @@ from dspy_for.experiments.spec.config import Overrides, parse_value
 from dspy_for.experiments.spec.settings import settings_for
 
 __all__ = [
+    "LM_FLAGS",
     "LM_HELP",
+    "SELECTION_FLAGS",
     "DataDirOpt",
     "DataOpt",
+    "Flags",
     "JudgeLmOpt",
     "LmOpt",
     "LmOptionOpt",
@@ -39,7 +45,6 @@ __all__ = [
     "method_options",
     "print_whole",
     "run_command",
-    "run_overrides",
     "show_progress",
 ]
 
@@ -55,9 +60,9 @@ ROLE_LM_OPTION_HELP = "LM option for one role, ROLE:KEY=VALUE (repeatable), e.g.
 
 # the LM and data options the run commands share (their run settings come from the declarations: run_command)
 LmOpt = Annotated[str | None, typer.Option(help=LM_HELP)]
-RoleLmOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_HELP)]
-LmOptionOpt = Annotated[list[str] | None, typer.Option(help=LM_OPTION_HELP)]
-RoleLmOptionOpt = Annotated[list[str] | None, typer.Option(help=ROLE_LM_OPTION_HELP)]
+RoleLmOpt = Annotated[list[str] | None, typer.Option("--role-lm", help=ROLE_LM_HELP)]
+LmOptionOpt = Annotated[list[str] | None, typer.Option("--lm-option", help=LM_OPTION_HELP)]
+RoleLmOptionOpt = Annotated[list[str] | None, typer.Option("--role-lm-option", help=ROLE_LM_OPTION_HELP)]
 JudgeLmOpt = Annotated[str | None, typer.Option(help=JUDGE_LM_HELP)]
 DataDirOpt = Annotated[str | None, typer.Option(help="Directory with the upstream dataset files.")]
 # what a comparison runs on (`compare`, and `export`, which finds a comparison's records as it ran)
@@ -85,34 +90,44 @@ DataOpt = Annotated[
 ]
 
 
-def run_overrides(
-    lm: str | None,
-    role_lm: list[str] | None,
-    lm_option: list[str] | None,
-    role_lm_option: list[str] | None,
-    judge_lm: str | None,
-    data_dir: str | None,
-    settings: dict[str, Any],
-) -> Overrides:
-    """The options every run command shares (``LmOpt``, ``RoleLmOpt``, ... and its run settings) as overrides."""
-    return Overrides(
-        lm=lm,
-        role_lms=role_lm,
-        lm_options=lm_option,
-        role_lm_options=role_lm_option,
-        judge_lm=judge_lm,
-        data_dir=data_dir,
-        settings=settings,
-    )
+#: a set of options several commands take, declared once: each by the name the library takes it under (an
+#: :class:`~dspy_for.experiments.spec.config.Overrides` field, a keyword argument), with its option and default
+Flags = dict[str, tuple[Any, Any]]
+
+#: the LMs of every role and their options (every run command, and ``export``, which finds records by them)
+LM_FLAGS: Flags = {
+    "lm": (LmOpt, None),
+    "role_lms": (RoleLmOpt, None),
+    "lm_options": (LmOptionOpt, None),
+    "role_lm_options": (RoleLmOptionOpt, None),
+    "judge_lm": (JudgeLmOpt, None),
+}
+#: what a comparison runs on (``compare``, and ``export``, which finds a comparison's records as it ran)
+SELECTION_FLAGS: Flags = {
+    "dataset": (DatasetOpt, None),
+    "data": (DataOpt, None),
+    "split": (SplitOpt, None),
+    "limit": (LimitOpt, None),
+    "first": (FirstOpt, None),
+    "data_dir": (DataDirOpt, None),
+    "methods": (MethodsOpt, None),
+    "baseline": (BaselineOpt, None),
+    "match_budget": (MatchBudgetOpt, None),
+}
+
+_OVERRIDES = {f.name for f in fields(Overrides)} - {"settings"}
 
 
-def run_command(command: str) -> Callable[[Callable[..., None]], Any]:
-    """A Typer command that takes ``command``'s declared run settings
-    (:mod:`~dspy_for.experiments.spec.settings`): each its option (flag, help, hidden deprecated spellings), their
-    given values handed to the function as ``settings`` (name -> value, only those given)."""
+def run_command(command: str, *flags: Flags) -> Callable[[Callable[..., None]], Any]:
+    """A Typer command that takes ``command``'s declared run settings (:mod:`~dspy_for.experiments.spec.settings`:
+    each its option, with help and hidden deprecated spellings) and the options of ``flags``, besides its own
+    parameters. The function gets, by keyword: ``overrides`` (if it takes it) — every given option that is an
+    :class:`~dspy_for.experiments.spec.config.Overrides` field, its own included, with the run settings; else
+    ``options`` — every option of ``flags`` and every setting given, as the library's keyword arguments; and
+    ``settings`` (name -> value, only those given) if it takes it. Its other parameters come as they are."""
 
     def wrap(fn: Callable[..., None]) -> Any:
-        return _SettingsCommand(fn, command)
+        return _SettingsCommand(fn, command, {k: v for f in flags for k, v in f.items()})
 
     return wrap
 
@@ -121,21 +136,26 @@ _ANNOTATED: Any = Annotated  # subscripted as the program runs, with a declared 
 
 
 class _SettingsCommand:
-    """A command function with its declared settings' options added. The signature Typer reads is made when Typer
-    reads it, so a setting declared after import (by a plugin, or a test) gets its option too."""
+    """A command function with its flag sets' and its declared settings' options added (:func:`run_command`). The
+    signature Typer reads is made when Typer reads it, so a setting declared after import (by a plugin, or a test)
+    gets its option too."""
 
-    def __init__(self, fn: Callable[..., None], command: str) -> None:
-        self.fn, self.command = fn, command
+    _GIVEN = ("settings", "overrides", "options")  # what the command gets folded, never an option of its own
+
+    def __init__(self, fn: Callable[..., None], command: str, flags: Flags) -> None:
+        self.fn, self.command, self.flags = fn, command, flags
         self.__name__, self.__doc__, self.__module__ = fn.__name__, fn.__doc__, fn.__module__
         self.__annotations__: dict[str, Any] = {}
+        self._takes = set(inspect.signature(fn).parameters)
 
     @property
     def __signature__(self) -> inspect.Signature:
-        own = [p for p in inspect.signature(self.fn, eval_str=True).parameters.values() if p.name != "settings"]
-        added = []
+        own = [p for p in inspect.signature(self.fn, eval_str=True).parameters.values() if p.name not in self._GIVEN]
+        kind = inspect.Parameter.KEYWORD_ONLY
+        added = [inspect.Parameter(name, kind, default=d, annotation=a) for name, (a, d) in self.flags.items()]
         for s in settings_for(self.command):
-            kind = _ANNOTATED[s.type | None, typer.Option(s.flag, help=s.meaning, metavar=s.metavar or None)]
-            added.append(inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind))
+            option = _ANNOTATED[s.type | None, typer.Option(s.flag, help=s.meaning, metavar=s.metavar or None)]
+            added.append(inspect.Parameter(s.name, kind, default=None, annotation=option))
             for i, old in enumerate(s.old_flags):
                 hidden = _ANNOTATED[s.type | None, typer.Option(old, hidden=True)]
                 added.append(
@@ -154,7 +174,20 @@ class _SettingsCommand:
                     value = given if value is None else value
             if value is not None:
                 settings[s.name] = value
-        self.fn(**kwargs, settings=settings)
+        self.fn(**self._fold(kwargs, settings))
+
+    def _fold(self, kwargs: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+        """The function's keyword arguments: its own parameters, and the rest folded as it takes them."""
+        own = {k: v for k, v in kwargs.items() if k in self._takes}
+        rest = {k: v for k, v in kwargs.items() if k not in own}
+        out: dict[str, Any] = {"settings": settings} if "settings" in self._takes else {}
+        if "overrides" in self._takes:
+            given = {k: v for k, v in rest.items() if k in _OVERRIDES and v is not None}
+            rest = {k: v for k, v in rest.items() if k not in _OVERRIDES}
+            out["overrides"] = Overrides.of({**given, **settings})
+        if "options" in self._takes:
+            out["options"] = {**rest, **({} if out else settings)}
+        return {**own, **out}
 
 
 def method_options(pairs: list[str] | None) -> dict[str, Any]:

@@ -203,3 +203,16 @@ def test_compare_dataset_without_methods_runs_cot_and_for_unless_the_config_name
     assert [m.name for m in seen["spec"].methods] == ["single"] and seen["spec"].datasets[0].name == "gsm8k"
     runner.invoke(app, ["compare", str(config)])  # a config's dataset without a split: the same val as --dataset
     assert seen["spec"].datasets[0].split == "val"
+
+
+@pytest.mark.parametrize("flag", ["--max-cost", "--dry-run", "--num-threads", "--traces", "--recheck"])
+def test_export_takes_only_the_flags_it_reads(flag):
+    """Export starts no run: a run's flags are not its own (refused as unknown, exit 2), and its help lists only what
+    finds the records (the selection, the LMs, where records are kept, the repeats and how they reduce)."""
+    value = [] if flag in ("--dry-run", "--traces") else ["1"]
+    result = runner.invoke(app, ["export", "x.toml", "--to", "out.csv", flag, *value])
+    assert result.exit_code == 2 and "No such option" in result.output
+    help_text = runner.invoke(app, ["export", "--help"], env={"COLUMNS": "200"}).output
+    for own in ("--results-dir", "--tracking-uri", "--epochs", "--reducer", "--methods", "--lm", "--level", "--to"):
+        assert own in help_text, own
+    assert flag not in help_text

@@ -32,6 +32,7 @@ import dspy_for.cli as cli
 import dspy_for.experiments.sweeps.search_space as search_space
 import dspy_for.lm.options as lm_options
 from dspy_for.experiments.advisor.driver import advise
+from dspy_for.experiments.core.frame_columns import reference_tables as frame_tables
 from dspy_for.experiments.methods import list_methods
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, JudgeConfig, MethodConfig
 from dspy_for.experiments.spec.settings import SETTINGS, reference_rows
@@ -293,6 +294,38 @@ def test_the_run_settings_table_is_made_from_their_declarations() -> None:
     assert table == expected, "docs/reference.md [settings] must be exactly these rows:\n" + "\n".join(expected)
 
 
+@pytest.mark.parametrize("marker", sorted(frame_tables()))
+def test_every_frame_column_table_is_made_from_the_declarations(marker: str) -> None:
+    """A frame's column table is exactly the rows its columns' declarations make (a cell's: each measure of the
+    summary with its unit, aggregation, table column and MLflow metric): `scripts/reference_tables.py` writes them."""
+    lines = REFERENCE.read_text(encoding="utf-8").splitlines()
+    start = lines.index(f"<!-- reference: {marker} -->") + 1
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    expected = frame_tables()[marker]
+    assert table == expected, (
+        f"docs/reference.md [{marker}] differs from the declarations: run `.venv/bin/python "
+        "scripts/reference_tables.py` to write it"
+    )
+
+
+def test_the_generated_tables_can_fail() -> None:
+    """A measure added without its row in the reference is caught: the cells' table grows by its row."""
+    from dataclasses import make_dataclass
+    from typing import Annotated
+
+    from dspy_for.experiments.spec.measures import Measure, measures_of
+    from dspy_for.experiments.spec.measures import reference_rows as measure_rows
+
+    grown = make_dataclass("Grown", [("new_measure", Annotated[int, Measure("a new count", metric="new")])])
+    (row,) = measure_rows(measures_of(grown), detail=True)
+    assert row == "| `new_measure` | integer |  |  |  | `new` | a new count |"
+    assert row not in REFERENCE.read_text(encoding="utf-8")
+
+
 def test_every_method_with_its_roles_and_options() -> None:
     """The methods table: every registered method, its roles, and each option with its default (``key = value``)."""
     doc = documented("methods")
@@ -354,3 +387,13 @@ def test_the_readme_python_example_prints_what_the_readme_shows(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines() == shown.strip().splitlines(), done.stdout
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """The README opens with the two commands (set up and run; set up and test) and stays within 120 lines: the
+    manual lives in docs/."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 120, f"README.md has {len(lines)} lines: move the detail to docs/"
+    text = "\n".join(lines[:15])
+    assert "bash scripts/setup.sh && .venv/bin/dspy-for compare experiments/quickstart.toml" in text
+    assert "bash scripts/test.sh" in text

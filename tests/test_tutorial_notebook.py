@@ -1,6 +1,8 @@
 """``docs/tutorial.ipynb`` runs, top to bottom, on the scripted LM it starts with — on a Jupyter kernel of the
 Python running this test (registered in a temporary directory, so it works in any fresh ``.venv``) — and shows what it
-says it shows: the comparison's table as HTML, the frames, a plot, the results loaded back."""
+says it shows: FOR-Prompting scored by ``dspy.Evaluate`` above chain of thought, compiled by BootstrapFewShot, the
+comparison on the user's JSONL as an HTML table with a Δ, the frames and a paired analysis that agrees with the pair
+frame, a plot, the results exported and loaded back with the same run, and the run and traces in MLflow."""
 
 from __future__ import annotations
 
@@ -32,10 +34,20 @@ def test_the_tutorial_runs_on_the_scripted_lm(tmp_path, monkeypatch):
     )
     client.execute()  # a failing cell raises CellExecutionError, naming it
     code = [c for c in nb.cells if c.cell_type == "code"]
-    table = next(c for c in code if "result = compare(spec)" in c.source)
-    assert "<caption>gsm8k — baseline: cot</caption>" in _outputs(table, "text/html")
-    items = next(c for c in code if "items = result.to_pandas()" in c.source)
-    assert "for_n1" in _outputs(items, "text/html") and "tokens" in _outputs(items, "text/html")
-    plot = next(c for c in code if "errorbar" in c.source)
-    assert _outputs(plot, "image/png"), "the plot cell shows no figure"
+
+    def shown(marker: str, mime: str = "text/plain") -> str:
+        cell = next(c for c in code if marker in c.source)
+        return _outputs(cell, mime) + "".join(str(o.get("text", "")) for o in cell.get("outputs", []))
+
+    assert "{'FOR-Prompting': 100.0, 'chain of thought': 75.0}" in shown("evaluate(Solver()).score")
+    assert "'solve.defender': 2" in shown("compiler.compile(") and "100.0" in shown("compiler.compile(")
+    table = shown("result = compare(spec", "text/html")
+    assert "<caption>jsonl_tasks — baseline: cot</caption>" in table and "+33.3 (p=0.12)" in table
+    assert "for_n1" in shown("items = result.to_pandas()", "text/html")
+    assert "'mcnemar p': 0.125, 'pair frame p': np.float64(0.125)" in shown("mcnemar_exact(")
+    assert _outputs(next(c for c in code if "errorbar" in c.source), "image/png"), "the plot cell shows no figure"
+    assert "'same run': True, 'same traces': True" in shown("again = load_results")
     assert (tmp_path / "cells.csv").is_file() and "for_n1" in (tmp_path / "cells.csv").read_text()
+    assert (tmp_path / "items.jsonl").is_file()
+    spans = shown("client.get_trace(")
+    assert "{'for_n1': 1.0, 'cot': 0.667}" in spans and "FORPrompting.debater r1" in spans

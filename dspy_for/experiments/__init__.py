@@ -4,11 +4,13 @@ here, imported lazily).
 ``dspy_for.experiments.compare(config, **overrides)``, ``dspy_for.experiments.sweep(config, **overrides)`` and
 ``dspy_for.experiments.advise(lm=..., budget=..., dataset=... | data=...)`` are the library calls behind
 ``dspy-for compare``, ``dspy-for sweep`` and ``dspy-for advise``; ``load_results(config)`` rebuilds a comparison's
-result from its stored records (no LM call; ``dspy-for export``), and every result has ``to_pandas(level=...)``.
+result from its stored records (no LM call; ``dspy-for export``; several configs: one :class:`ComparisonResults`),
+and every result has ``to_pandas(level=...)``.
 All three — and ``ask``, the sweep's final test and the measurement scripts — prepare each method with
 :func:`prepare_run` and stream its items through the run core (:func:`evaluate` / :class:`Evaluation`), whose
 records land in sinks as they finish; :func:`summarize` is the one record-to-summary function every table, MLflow
-run and sweep objective reads.
+run and sweep objective reads; every number it holds is declared once, where :class:`Summary` holds it
+(:mod:`.spec.measures`).
 
 What they return shares one shape (:class:`RunOutcome`: items scored, failed, unparsed, what was spent, whether
 ``max_cost`` stopped it, ok). Layout: :mod:`.spec` (the typed run specification, config parsing and the run
@@ -38,10 +40,11 @@ if TYPE_CHECKING:
         load_examples,
         prepare_run,
     )
-    from dspy_for.experiments.core.outcome import RunOutcome
+    from dspy_for.experiments.core.outcome import ComparisonResults, RunOutcome
     from dspy_for.experiments.core.plan import RunPlan
     from dspy_for.experiments.core.recheck import Recheck
-    from dspy_for.experiments.core.summary import Summary, summarize
+    from dspy_for.experiments.core.summarize import summarize
+    from dspy_for.experiments.core.summary import Summary
     from dspy_for.experiments.methods import MethodEntry, build_method, get_method, list_methods, register_method
     from dspy_for.experiments.results import load_results
     from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_spec
@@ -66,11 +69,12 @@ _WHERE = {
         ],
         "core",
     ),
+    "ComparisonResults": "core.outcome",
     "RunOutcome": "core.outcome",
     "RunPlan": "core.plan",
     "Recheck": "core.recheck",
     "Summary": "core.summary",
-    "summarize": "core.summary",
+    "summarize": "core.summarize",
     **dict.fromkeys(["MethodEntry", "build_method", "get_method", "list_methods", "register_method"], "methods"),
     "load_results": "results",
     **dict.fromkeys(["DatasetConfig", "ExperimentSpec", "MethodConfig", "RunSpec", "load_spec"], "spec"),
@@ -80,6 +84,7 @@ _WHERE = {
 __all__ = [
     "Advice",
     "ComparisonResult",
+    "ComparisonResults",
     "DatasetConfig",
     "Evaluation",
     "ExperimentSpec",

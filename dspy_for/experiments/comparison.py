@@ -23,13 +23,13 @@ from dspy_for.experiments.methods import BUDGET_UNIT, get_method
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.reports.compiled import breakeven_of
 from dspy_for.experiments.reports.recheck import log_recheck
-from dspy_for.experiments.sequential import log_outcomes, outcome_rows, run_sequential
+from dspy_for.experiments.sequential import log_outcomes, run_sequential
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.tracked_run import OpenCell, TrackedRun
 from dspy_for.experiments.tracking import store
 
-__all__ = ["ComparisonResult", "compare", "matched_budget", "phases"]
+__all__ = ["ComparisonResult", "compare", "config_name", "matched_budget", "phases"]
 
 logger = logging.getLogger("dspy_for.compare")
 
@@ -50,7 +50,7 @@ def compare(
     items_dir = spec.items_dir(root)
     check_results_dir(items_dir, lambda: plan_compare(spec, items_dir))
     check_stored(spec, items_dir)  # --rerun-changed with nothing stored: refused before anything runs
-    out = ComparisonResult(spec=spec, run_dir=run_dir)
+    out = ComparisonResult(spec=spec, run_dir=run_dir, config=config_name(spec_or_path))
     if spec.autolog:
         store.autolog()
     tags = {"dspy_for.kind": "comparison", "dspy_for.fingerprint": spec.fingerprint()}
@@ -73,6 +73,11 @@ def compare(
     return out
 
 
+def config_name(config: ExperimentSpec | str | Path | None) -> str | None:
+    """The config a comparison ran from, as given (a path); None for a spec object or no config."""
+    return str(config) if isinstance(config, str | Path) else None
+
+
 def _report(tracked: TrackedRun, out: ComparisonResult) -> None:
     """The table (``summary.jsonl``, ``summary.txt``) and the plots, on the run's MLflow run and in its
     directory. A table or plot that fails is logged and leaves the run, its items and its MLflow runs as they are."""
@@ -83,7 +88,8 @@ def _report(tracked: TrackedRun, out: ComparisonResult) -> None:
         out.breakeven = []
     tracked.report("summary.jsonl", lambda: store.log_table(parent, out.rows, "summary.jsonl"))
     if out.breakeven:
-        tracked.report("breakeven.jsonl", lambda: store.log_table(parent, out.breakeven, "breakeven.jsonl"))
+        rows = [b.row() for b in out.breakeven]
+        tracked.report("breakeven.jsonl", lambda: store.log_table(parent, rows, "breakeven.jsonl"))
     tracked.report("summary.txt", lambda: store.log_text(parent, report.table_text(out), "summary.txt"))
     tracked.report("the plots", lambda: _plots(out, parent, run_dir))
     if not out.ok:
@@ -148,7 +154,7 @@ def _run_sequential(tracked: TrackedRun, out: ComparisonResult, d: DatasetConfig
     for cell in cells.values():
         tracked.close(cell)
     out.results[d.name] = results
-    out.sequential += outcome_rows(outcomes)
+    out.sequential += outcomes
     assert tracked.run_id is not None
     log_outcomes(tracked.run_id, outcomes)
 

@@ -9,10 +9,16 @@ Each method's records are found where ``compare`` keeps them (``<results_dir>/<d
 the key worked out from the config as the run works it out, without an LM) and matched to the config's items by
 content, in the dataset's order; a record stored more than once counts as its last (a failed item that a later run
 finished counts as finished). What a loaded result cannot know is said, never made up: its wall times are the
-records' own (the run's wall clock is not stored), a method with no stored records is a cell that could not run,
-and a cell with records missing for some items counts them in ``missing`` (a sequential comparison, which stops
-early by design, counts none: its cells are over the records stored; its anytime-valid pairs come back with a
-``run_id``, from the run's ``sequential.jsonl``, not from a config).
+records' own (the run's wall clock is not stored), a method with no stored records is a cell that did not run
+(``not run``, every record counted in ``missing``), and a cell with records missing for some items counts them in
+``missing`` (a sequential comparison, which stops early by design, counts none: its cells are over the records
+stored; its anytime-valid pairs come back with a ``run_id``, from the run's ``sequential.jsonl``, not from a
+config).
+
+Where it came from comes with it: the config's path (as given), and, when the config's tracking store is here, the
+latest comparison run of the same spec (its ``run_id``) and each record's MLflow trace in it. Several configs
+loaded together (``load_results([a, b])``) give one result whose frames line up and keep each record two configs
+share once, naming both.
 """
 
 from __future__ import annotations
@@ -20,19 +26,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import dspy
 
 from dspy_for.datasets import content_key
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.comparison import matched_budget, phases  # the order and sizing compare uses
+from dspy_for.experiments.comparison import config_name, matched_budget, phases  # as compare orders and sizes
 from dspy_for.experiments.core import MethodResult, ResultStore, load_examples
 from dspy_for.experiments.core.compile_step import CompileCost
-from dspy_for.experiments.core.frames import check_level
-from dspy_for.experiments.core.outcome import ComparisonResult
+from dspy_for.experiments.core.outcome import ComparisonResult, ComparisonResults
+from dspy_for.experiments.core.pairs import BaselinePair
 from dspy_for.experiments.core.prepare import result_key, with_options
 from dspy_for.experiments.core.records import ItemResult, record_key
 from dspy_for.experiments.core.stored_lms import configured_lm
@@ -42,28 +49,19 @@ from dspy_for.experiments.reports.table import summary_cells
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig, load_spec
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.spec.model import JudgeConfig
+from dspy_for.experiments.tracking.lookup import latest_comparison, record_traces
 from dspy_for.experiments.tracking.store import tracking_root
 from dspy_for.lm.pricing import Price
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
-__all__ = [
-    "FORMATS",
-    "check_export",
-    "export_results",
-    "items_dir_of",
-    "load_results",
-    "read_records",
-    "write_frame",
-]
-
-#: the file formats ``export`` writes, by suffix
-FORMATS = (".csv", ".parquet", ".jsonl")
+__all__ = ["items_dir_of", "load_results", "read_records"]
 
 logger = logging.getLogger("dspy_for.experiments")
 
 
+@overload
 def load_results(
     config: ExperimentSpec | str | Path | None = None,
     results_dir: str | Path | None = None,
@@ -71,13 +69,51 @@ def load_results(
     run_id: str | None = None,
     overrides: Overrides | None = None,
     **kwargs: Any,
-) -> ComparisonResult:
+) -> ComparisonResult: ...
+
+
+@overload
+def load_results(
+    config: list[ExperimentSpec | str | Path] | tuple[ExperimentSpec | str | Path, ...],
+    results_dir: str | Path | None = None,
+    *,
+    run_id: None = None,
+    overrides: Overrides | None = None,
+    **kwargs: Any,
+) -> ComparisonResults: ...
+
+
+def load_results(
+    config: ExperimentSpec | str | Path | Sequence[ExperimentSpec | str | Path] | None = None,
+    results_dir: str | Path | None = None,
+    *,
+    run_id: str | None = None,
+    overrides: Overrides | None = None,
+    **kwargs: Any,
+) -> ComparisonResult | ComparisonResults:
     """The comparison ``config`` describes, rebuilt from its stored records (see the module docstring).
     ``results_dir``: where the run kept them (default: the config's ``results_dir``, else ``compare/items`` beside
     its tracking store); ``overrides`` (or keyword arguments, as for ``compare``: ``first=10``, ...) apply first.
     ``run_id`` (instead of ``config``): a comparison's MLflow parent run, whose logged spec stands for the config
-    (its store: ``tracking_uri=``, else the default one); its sequential pairs and run id come back with it.
-    A directory without any record of the config is a :class:`~dspy_for.errors.ConfigError` naming the fix."""
+    (its store: ``tracking_uri=``, else the default one); its sequential pairs come back with it. Several configs
+    (a list): one :class:`~dspy_for.experiments.core.outcome.ComparisonResults` of them all, whose frames line up and
+    keep a record they share once. A directory without any record of the config is a
+    :class:`~dspy_for.errors.ConfigError` naming the fix."""
+    if isinstance(config, ExperimentSpec | str | Path) or config is None:
+        return _load(config, results_dir, run_id, overrides, kwargs)
+    if run_id is not None:
+        raise ConfigError("Give `load_results` configs or a `run_id`, not both.")
+    return ComparisonResults([_load(c, results_dir, None, overrides, kwargs) for c in config])
+
+
+def _load(
+    config: ExperimentSpec | str | Path | None,
+    results_dir: str | Path | None,
+    run_id: str | None,
+    overrides: Overrides | None,
+    kwargs: dict[str, Any],
+) -> ComparisonResult:
+    """One comparison's stored records (:func:`load_results`)."""
     mlflow_client: Any = None
     if run_id is not None:
         if config is not None:
@@ -85,9 +121,9 @@ def load_results(
         mlflow_client, config = _comparison_run(run_id, kwargs.get("tracking_uri"))
     spec = load_spec(config, overrides, **kwargs)
     items_dir = items_dir_of(spec, results_dir)
-    out = ComparisonResult(spec=spec, run_id=run_id)
+    out = ComparisonResult(spec=spec, run_id=run_id, config=config_name(config))
     if mlflow_client is not None and run_id is not None:
-        out.sequential = _logged_rows(mlflow_client, run_id, "sequential.jsonl")
+        out.sequential = [BaselinePair.from_row(r) for r in _logged_rows(mlflow_client, run_id, "sequential.jsonl")]
     for d in spec.datasets:
         out.results[d.name], out.errors[d.name] = {}, {}
         examples = load_examples(d)
@@ -96,15 +132,27 @@ def load_results(
                 if spec.match_budget and get_method(m.name).sized is not None:
                     m = with_options(m, matched_budget(spec, out.results[d.name], m))  # as compare sized it
                 _load_method(out, items_dir, d, m, examples)
-    if not any(out.results.values()):
+    if not any(r.items for by_label in out.results.values() for r in by_label.values()):
         raise ConfigError(
             f"{items_dir} has no stored records for this config (its datasets, methods, LMs and options): pass the "
             "results directory the comparison used (`--results-dir`) and the same config and flags it ran with, or "
             "run `dspy-for compare` on it first."
         )
+    if out.run_id is None:
+        out.run_id = latest_comparison(spec.tracking_uri, spec.experiment, spec.fingerprint())
+    if out.run_id is not None:
+        _with_traces(out, record_traces(spec.tracking_uri, out.run_id))
     out.cells = summary_cells(out)
     out.breakeven = breakeven_of(out)
     return out
+
+
+def _with_traces(out: ComparisonResult, traces: dict[tuple[str, str], dict[tuple[str, int], str]]) -> None:
+    """Each loaded record's trace in the comparison's run, where that run traced it."""
+    for dataset, by_label in out.results.items():
+        for label, r in by_label.items():
+            found = traces.get((dataset, label), {})
+            r.trace_ids = {i.key: t for i in r.items if (t := found.get((i.id, i.epoch))) is not None}
 
 
 def items_dir_of(spec: ExperimentSpec, results_dir: str | Path | None = None) -> Path:
@@ -126,19 +174,22 @@ def _load_method(
     spec = out.spec
     key = result_key(spec, d, m)
     path = ResultStore.in_dir(items_dir, d.name, d.split, m.label, key).path
-    if not path.is_file():
-        out.errors[d.name][m.label] = (
-            f"no stored records (no {path.name} in {path.parent}): it could not run, did not run, or ran with "
-            "other settings"
-        )
-        return
-    stored = read_records(path)
+    stored = read_records(path) if path.is_file() else {}  # none stored: a cell that did not run
     keys = [content_key(ex.get("question"), ex.get("answer")) for ex in examples]
     wanted = [record_key(k, e) for k in keys for e in range(spec.epochs)]
     items = [stored[k] for k in wanted if k in stored]
     if spec.judge is None:  # a verdict stays in the store, out of a run without a judge
         items = [replace(i, judge=None, judge_usage={}) if i.judge is not None else i for i in items]
-    if len(items) < len(wanted) and not spec.sequential:  # a sequential comparison stops early by design
+    if not stored:
+        out.missing.setdefault(d.name, {})[m.label] = len(wanted)
+        logger.warning(
+            "%s on %s: no stored records (no %s in %s): not run (or run with other settings)",
+            m.label,
+            d.name,
+            path.name,
+            path.parent,
+        )
+    elif len(items) < len(wanted) and not spec.sequential:  # a sequential comparison stops early by design
         out.missing.setdefault(d.name, {})[m.label] = len(wanted) - len(items)
         logger.warning(
             "%s on %s: %d of %d record(s) are not stored (the run did not finish them): its numbers are over "
@@ -162,6 +213,7 @@ def _load_method(
         compile=compiled,
         lms=lms,
         prices=prices,
+        store=path,
     )
 
 
@@ -182,74 +234,6 @@ def _role_lms(spec: ExperimentSpec, m: MethodConfig) -> tuple[dict[str, str], di
         if price is not None:
             prices[r] = price
     return lms, prices
-
-
-# ----------------------------------------------------------------------------------------------------- export
-
-
-def check_export(path: str | Path, level: str = "items") -> None:
-    """Bad export input fails before anything is read: a suffix other than :data:`FORMATS`, a folder that does not
-    exist, a level a comparison does not have."""
-    path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise ConfigError(
-            f"`--to` {path}: unknown file type {path.suffix or '(none)'!r}; end the name in "
-            f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]} (e.g. --to results.csv)."
-        )
-    if not path.parent.is_dir():
-        raise ConfigError(f"`--to` {path}: the folder {path.parent} does not exist; create it first.")
-    check_level("comparison", level)
-
-
-def write_frame(frame: pd.DataFrame, path: str | Path) -> None:
-    """``frame`` to ``path`` (.csv, .parquet or .jsonl), whole or not at all: written beside it under a temporary
-    name, then renamed over it (a failed write leaves no partial file and any earlier file as it was)."""
-    path = Path(path)
-    check_export(path)
-    suffix = path.suffix.lower()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        if suffix == ".csv":
-            frame.to_csv(tmp, index=False)
-        elif suffix == ".jsonl":
-            frame.to_json(tmp, orient="records", lines=True, force_ascii=False, date_format="iso")
-        else:
-            _parquet(frame, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _parquet(frame: pd.DataFrame, path: Path) -> None:
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise ConfigError(
-            "Parquet needs pyarrow: pip install 'dspy-for[notebook]' (or pip install pyarrow), or write .csv / .jsonl."
-        ) from None
-    out = frame.copy()
-    for name in out.columns:  # a column of mixed kinds (a number here, a text there) is written as text
-        kinds = {type(v) for v in out[name] if v is not None and v == v}
-        if out[name].dtype == object and len(kinds) > 1:
-            out[name] = [None if v is None or v != v else str(v) for v in out[name]]
-    out.to_parquet(path, index=False)
-
-
-def export_results(
-    config: ExperimentSpec | str | Path | None,
-    to: str | Path,
-    *,
-    level: str = "items",
-    results_dir: str | Path | None = None,
-    overrides: Overrides | None = None,
-    **kwargs: Any,
-) -> pd.DataFrame:
-    """``dspy-for export``: the comparison ``config`` describes, loaded from its stored records
-    (:func:`load_results`), at ``level``, written to ``to`` (:func:`write_frame`); returns the frame written."""
-    check_export(to, level)
-    frame = load_results(config, results_dir, overrides=overrides, **kwargs).to_pandas(level=level)
-    write_frame(frame, to)
-    return frame
 
 
 # ------------------------------------------------------------------------------------------------ a run id

@@ -18,40 +18,21 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import dspy
 
 from dspy_for.datasets import content_key
 from dspy_for.experiments.core import MethodResult
+from dspy_for.experiments.core.pairs import BaselinePair
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.tracked_run import OpenCell, TrackedRun
 from dspy_for.experiments.tracking import store
-from dspy_for.stats import PairedSequentialTest, SequentialResult, split_alpha
+from dspy_for.stats import PairedSequentialTest, split_alpha
 
 __all__ = ["BaselinePair", "log_outcomes", "outcome_rows", "paired_sequence", "run_sequential", "seeded_order"]
-
-
-@dataclass(frozen=True)
-class BaselinePair:
-    """One method's sequential test against the baseline as the comparison ended: resolved (with its stopping n and
-    direction) or not (with the current interval), over ``result.n`` paired items. (``advise`` tests candidates
-    against each other: :class:`~dspy_for.experiments.advisor.result.CandidatePair`.)"""
-
-    dataset: str
-    method: str
-    baseline: str
-    result: SequentialResult
-
-    def text(self) -> str:
-        r = self.result
-        interval = f"Δ {100 * r.diff:+.1f} pts, anytime-valid CI [{100 * r.low:+.1f}, {100 * r.high:+.1f}]"
-        if r.resolved:
-            who = self.method if r.direction > 0 else self.baseline
-            return f"{self.method} vs {self.baseline}: resolved at n={r.stopped_at}, {who} better ({interval})"
-        return f"{self.method} vs {self.baseline}: unresolved after n={r.n} ({interval})"
 
 
 def seeded_order(examples: Sequence[dspy.Example], seed: int) -> list[dspy.Example]:
@@ -123,11 +104,8 @@ def _spent(cells: dict[str, OpenCell]) -> float:
 
 
 def outcome_rows(outcomes: list[BaselinePair]) -> list[dict[str, Any]]:
-    """The pairs as plain rows (kept in the comparison's result and in ``sequential.jsonl``)."""
-    return [
-        {"dataset": o.dataset, "method": o.method, "baseline": o.baseline, **o.result.to_dict(), "text": o.text()}
-        for o in outcomes
-    ]
+    """The pairs as plain rows (``sequential.jsonl``)."""
+    return [o.row() for o in outcomes]
 
 
 def log_outcomes(parent: str, outcomes: list[BaselinePair]) -> None:

@@ -23,7 +23,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -71,6 +71,8 @@ class OpenCell:
     run_id: str | None
     evaluation: Evaluation
     own_run: bool  # the run started ``run_id`` for this cell (and ends it)
+    store: Path | None = None  # the results file its records are kept in
+    traces: Mapping[str, str] = field(default_factory=dict)  # each record's MLflow trace, as its sink writes it
 
     @property
     def label(self) -> str:
@@ -78,7 +80,10 @@ class OpenCell:
 
     @property
     def result(self) -> MethodResult:
-        return self.evaluation.result
+        """Its records so far, with where they are kept and each one's trace in this run."""
+        result = self.evaluation.result
+        traces = {i.key: t for i in result.items if (t := self.traces.get(i.key)) is not None}
+        return replace(result, store=self.store, trace_ids=traces)
 
 
 class TrackedRun:
@@ -193,9 +198,11 @@ class TrackedRun:
                 store.end_run(child, "FAILED")
             logger.error("method %s on %s failed: %s", m.label, d.name, err)
             return None
-        sinks = [MlflowSink(run, child, end_run=False)] if child is not None else []
+        sink = MlflowSink(run, child, end_run=False) if child is not None else None
+        sinks = [sink] if sink is not None else []
         ev = Evaluation(run, store=results, stored=stored, sinks=sinks, progress=self._progress, origin=child)
-        cell = OpenCell(run, child, ev, own)
+        store_path = results.path if results is not None else None
+        cell = OpenCell(run, child, ev, own, store_path, sink.trace_ids if sink is not None else {})
         self._open.append(cell)
         return cell
 

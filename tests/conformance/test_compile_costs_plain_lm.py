@@ -115,7 +115,7 @@ def test_compare_prints_the_compile_cost_and_break_even_and_a_rerun_reuses_the_c
     assert re.search(r"cot_bootstrap .*\d[\d,]* tok · \$[\d.]+ · [\d.]+s", text), text
     assert "break-even, in USD" in text and "cot_bootstrap vs cot (USD; fixed cost $" in text
     (pair,) = result.breakeven
-    assert (pair["method"], pair["against"], pair["unit"]) == ("cot_bootstrap", "cot", "usd")
+    assert (pair.method, pair.against, pair.unit) == ("cot_bootstrap", "cot", "usd")
     assert any(p.name == "breakeven_jsonl_sums.png" and p.is_file() for p in result.plots)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     child = next(

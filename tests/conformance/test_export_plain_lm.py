@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from dspy_for.cli import app
 from dspy_for.experiments import compare, load_results
-from dspy_for.experiments.core.frames import CELL_COLUMNS, ITEM_COLUMNS
+from dspy_for.experiments.core.frame_columns import CELL_COLUMNS, ITEM_COLUMNS, fixed_names
 from dspy_for.experiments.reports.table import table_text
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig
 from dspy_for.stats import format_p_value
@@ -79,7 +79,7 @@ def test_frames_of_a_run_against_an_endpoint_are_loaded_back_and_exported_withou
     assert result.ok and len(fault_server.requests) == 4 * (1 + 4)  # cot: 1 call per item; FOR N=1 + Host: 4
 
     items = result.to_pandas()
-    assert len(items) == 4 * 2 and list(items.columns[: len(ITEM_COLUMNS)]) == ITEM_COLUMNS
+    assert len(items) == 4 * 2 and list(items.columns[: len(fixed_names(ITEM_COLUMNS))]) == fixed_names(ITEM_COLUMNS)
     assert {c for c in items.columns if c.startswith("tokens.")} == {
         "tokens.task",
         "tokens.defender",
@@ -91,7 +91,7 @@ def test_frames_of_a_run_against_an_endpoint_are_loaded_back_and_exported_withou
     assert (items["calls"].groupby(items["method"]).sum() == pd.Series({"cot": 4, "for_n1": 16})).all()
 
     cells = result.to_pandas(level="cells")
-    assert list(cells.columns[: len(CELL_COLUMNS)]) == CELL_COLUMNS
+    assert list(cells.columns[: len(fixed_names(CELL_COLUMNS))]) == fixed_names(CELL_COLUMNS)
     text = table_text(result)
     for row in cells.to_dict("records"):
         assert _table_row(text, row["method"]) == _printed(row, "cot"), text

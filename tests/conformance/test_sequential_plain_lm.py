@@ -41,7 +41,7 @@ def test_a_sequential_comparison_with_a_plain_lm_stops_when_resolved(fault_serve
     fault_server.responder = cot_right_single_wrong
     result = compare(_spec(tmp_path, plain_lm(fault_server)))
     (pair,) = result.sequential
-    assert pair["resolved"] and pair["direction"] == 1 and pair["stopped_at"] < 20
+    assert pair.result.resolved and pair.result.direction == 1 and pair.result.stopped_at < 20
     assert result.results["gsm8k"]["cot"].n < 45 and result.ok
 
 
@@ -51,7 +51,7 @@ def test_an_outage_in_a_sequential_comparison_is_errors_not_outcomes(fault_serve
     fault_server.set_fault("500")
     result = compare(_spec(tmp_path, plain_lm(fault_server), max_items=6))
     (pair,) = result.sequential
-    assert pair["n"] == 0 and not pair["resolved"]  # no scored pair: the test saw nothing
+    assert pair.result.n == 0 and not pair.result.resolved  # no scored pair: the test saw nothing
     assert result.n_failed == 12 and not result.ok
     assert all(r["accuracy"] is None for r in result.rows)
 

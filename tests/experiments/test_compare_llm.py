@@ -21,6 +21,12 @@ def test_quickstart_config_on_a_real_local_model(tmp_path, monkeypatch):
     assert all(r.n == 3 for r in res.values())
     assert res["for_n1"].calls_per_item > res["cot"].calls_per_item
     assert (tmp_path / "mlruns" / "mlflow.db").is_file() and result.plots
+    # the frames say where each row came from: the run, the config, the model of each role, what served each answer
+    items = result.to_pandas()
+    assert set(items["run_id"]) == {result.run_id} and set(items["config"]) == {config}
+    assert set(items["lm.task"].dropna()) == {f"local/{MODEL}"} and items["served_by"].notna().all()
+    assert items["trace_id"].notna().all() and str(items["started_at"].dt.tz) == "UTC"
+    assert list(items["method"].cat.categories) == ["single", "cot", "for_n1", "prorefine_k32_n2"]
 
 
 def test_compare_with_a_judge_on_two_items(tmp_path, monkeypatch):
@@ -37,8 +43,8 @@ def test_compare_with_a_judge_on_two_items(tmp_path, monkeypatch):
     )
     cot = result.results["gsm8k"]["cot"]
     assert cot.n_failed == 0 and all(i.judge is not None for i in cot.items)
-    judged = next(r for r in result.rows if r["method"] == "cot")["judge"]
-    assert judged["n"] == 2 and judged["judged_accuracy"]["n"] == 2
+    judged = next(c.summary.judge for c in result.cells if c.label == "cot" and c.summary is not None)
+    assert judged is not None and judged.n == 2 and judged.scores["judged_accuracy"].n == 2
     # the judge's calls are its own role, never part of the method's tokens per item
     assert cot.judge_usage.total.calls >= 2 and "judge" not in cot.usage.roles
 
@@ -56,6 +62,6 @@ def test_a_sequential_comparison_on_four_items(tmp_path, monkeypatch):
         tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db",
     )
     (pair,) = result.sequential
-    assert pair["method"] in ("single", "cot") and pair["n"] <= 4 and result.ok
+    assert pair.method in ("single", "cot") and pair.result.n <= 4 and result.ok
     res = result.results["gsm8k"]
     assert all(r.n_failed == 0 and 1 <= r.n <= 4 for r in res.values())

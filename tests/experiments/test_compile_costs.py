@@ -11,12 +11,14 @@ from dspy_for.errors import ConfigError
 from dspy_for.experiments.advisor.candidates import select_candidates
 from dspy_for.experiments.advisor.result import CandidateOutcome
 from dspy_for.experiments.advisor.rounds import cheapest
-from dspy_for.experiments.advisor.volume import cheapest_at, check_volume, compiled_candidates, cost_at
+from dspy_for.experiments.advisor.volume import cheapest_at, check_volume, compiled_candidates
 from dspy_for.experiments.core.compile_step import CompileCost
+from dspy_for.experiments.core.costs import cost_at
 from dspy_for.experiments.core.records import ItemResult, MethodResult
+from dspy_for.experiments.core.shown import compile_cell
 from dspy_for.experiments.core.spend import SpendLimit
-from dspy_for.experiments.core.summary import summarize
-from dspy_for.experiments.reports.compiled import compile_cell, price_note
+from dspy_for.experiments.core.summarize import summarize
+from dspy_for.experiments.reports.compiled import price_note
 from dspy_for.experiments.spec.config import load_spec
 from dspy_for.experiments.sweeps.spec import load_sweep_spec
 from dspy_for.lm.pricing import Price
@@ -82,15 +84,25 @@ def test_records_stored_without_a_cost_are_priced_at_the_declared_price():
     declared = MethodResult("cot", items, lms={"task": "m-0.5b"}, prices={"task": Price(input=0.02, output=0.04)})
     s = summarize(declared)
     assert s.cost_per_item == pytest.approx((600 * 0.02 + 100 * 0.04) / 1e6)
-    assert s.priced_at == {"m-0.5b": {"input": 0.02, "output": 0.04}}
+    assert s.priced_at == {"m-0.5b": Price(input=0.02, output=0.04)}
+    assert s.row()["priced_at"] == {"m-0.5b": {"input": 0.02, "output": 0.04}}  # as summary.jsonl keeps it
+    # its records priced the same way, one by one: the cell's dollars are their mean
+    costs = [c[None] for c in declared.record_costs()]
+    assert costs == [pytest.approx((600 * 0.02 + 100 * 0.04) / 1e6)] * 4 and sum(costs) / 4 == pytest.approx(
+        s.cost_per_item
+    )
     assert s.tokens_per_item_by_lm == {"m-0.5b": 700.0}
     assert "the declared `price`" in price_note([s]) and "m-0.5b $0.020 / $0.040" in price_note([s])
 
 
 def test_the_compile_cell_says_tokens_dollars_seconds_and_reused():
-    cost = {"tokens": 41_230, "usd": 0.082, "seconds": 95.2, "reused": True}  # a Summary's `compile`
+    usage = {
+        "task": {"calls": 2, "prompt_tokens": 41_000, "completion_tokens": 230, "priced_calls": 2, "cost_usd": 0.082}
+    }
+    cost = CompileCost("bootstrap", usage, seconds=95.2, reused=True)  # a Summary's `compile`
     assert compile_cell(cost) == "41,230 tok · $0.082 · 95s (reused)"
-    assert compile_cell({"tokens": 10, "usd": None, "seconds": 1.25, "reused": False}) == "10 tok · 1.2s"
+    unpriced = CompileCost("bootstrap", {"task": {"calls": 1, "prompt_tokens": 10}}, seconds=1.25)
+    assert compile_cell(unpriced) == "10 tok · 1.2s"
     assert compile_cell(None) == "-"
 
 
@@ -107,19 +119,18 @@ def test_compiled_candidates_are_the_candidates_with_predictors_compiled_on_the_
     assert compiled[1].compile == {"kind": "gepa", "data": data, "val_limit": 2}  # validates on its last quarter
 
 
-def _row(method: str, accuracy: float, per_item: float, fixed: float = 0.0) -> dict:
-    compile = {"usd": fixed, "tokens": 1, "tokens_by_lm": {"m": 1}} if fixed else None
-    return {"dataset": "d", "method": method, "accuracy": accuracy, "cost_per_item": per_item, "compile": compile}
+def _summary(label: str, right: int, usd_per_item: float, compile_usd: float | None = None):
+    return summarize(_measured(label, right, usd_per_item, compile_usd).result)
 
 
 def test_the_cost_per_correct_answer_at_a_volume_counts_the_compile_once():
-    plain, compiled = _row("cot", 0.5, 0.002), _row("cot_gepa", 0.6, 0.001, fixed=5.0)
-    rows = [plain, compiled]
-    assert cost_at(rows, plain, 100) == pytest.approx(0.004)
-    assert cost_at(rows, compiled, 100) == pytest.approx((5.0 + 0.1) / 60)  # the compile dominates at 100 items
-    assert cost_at(rows, compiled, 100_000) == pytest.approx((5.0 + 100) / 60_000)  # at 100,000 it pays for itself
-    assert cost_at(rows, compiled, 100_000) < cost_at(rows, plain, 100_000)
-    assert cost_at(rows, _row("never", 0.0, 0.001), 100) is None  # no correct answer: no finite cost per one
+    plain, compiled = _summary("cot", 5, 0.002), _summary("cot_gepa", 6, 0.001, compile_usd=5.0)
+    both = [plain, compiled]
+    assert cost_at(both, plain, 100) == pytest.approx(0.004)
+    assert cost_at(both, compiled, 100) == pytest.approx((5.0 + 0.1) / 60)  # the compile dominates at 100 items
+    assert cost_at(both, compiled, 100_000) == pytest.approx((5.0 + 100) / 60_000)  # at 100,000 it pays for itself
+    assert cost_at(both, compiled, 100_000) < cost_at(both, plain, 100_000)
+    assert cost_at(both, _summary("never", 0, 0.001), 100) is None  # no correct answer: no finite cost per one
 
 
 def _measured(label: str, right: int, usd_per_item: float, compile_usd: float | None = None) -> CandidateOutcome:
@@ -133,6 +144,6 @@ def _measured(label: str, right: int, usd_per_item: float, compile_usd: float | 
 
 def test_among_tied_candidates_the_volume_decides_which_is_cheapest_per_correct_answer():
     plain, compiled = _measured("cot", 5, 0.002), _measured("cot_gepa", 6, 0.001, compile_usd=5.0)
-    assert cheapest_at("d", [plain, compiled], 100) is plain  # the compile is not paid back at 100 items
-    assert cheapest_at("d", [plain, compiled], 100_000) is compiled  # it is at 100,000
+    assert cheapest_at([plain, compiled], 100) is plain  # the compile is not paid back at 100 items
+    assert cheapest_at([plain, compiled], 100_000) is compiled  # it is at 100,000
     assert cheapest([plain, compiled]) is compiled  # without a volume, as today: tokens per item (equal), then accuracy

@@ -114,7 +114,7 @@ def test_paired_tests_and_sequential_tests_take_per_item_values(install_scripted
     assert "paired bootstrap p over per-item values" in legend and "McNemar" not in legend
     assert "can reach p<0.05" not in legend  # McNemar's floor on n does not hold for means
     seq = compare(_spec(tmp_path, epochs=3, methods=("single", "cot"), first=2, sequential=True, experiment="s"))
-    assert seq.sequential and all(p["kind"] == "bounded" for p in seq.sequential)
+    assert seq.sequential and all(p.result.kind == "bounded" for p in seq.sequential)
 
 
 # ------------------------------------------------------------------------------------------- statistics

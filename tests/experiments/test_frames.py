@@ -1,12 +1,12 @@
 """Results as data frames: a comparison's items, cells and pairs, an advice's candidates, a sweep's trials — each read
-from the typed results the printed tables read, with one flattening rule for per-role columns."""
+from the typed results the printed tables read, with one flattening rule for per-role columns, every column of its
+declared type, and every row naming where it came from (run, experiment, config, each role's LM)."""
 
 from __future__ import annotations
 
 import math
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import dspy
 import optuna
@@ -16,8 +16,9 @@ from dspy.clients.cache import Cache
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import compare
 from dspy_for.experiments.advisor.result import Advice, CandidateOutcome, CandidatePair
-from dspy_for.experiments.core.frames import CELL_COLUMNS, ITEM_COLUMNS, PAIR_COLUMNS, sweep_frame
+from dspy_for.experiments.core.frame_columns import CELL_COLUMNS, ITEM_COLUMNS, PAIR_COLUMNS, fixed_names
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig
+from dspy_for.experiments.sweeps.frames import trials_frame
 from dspy_for.stats import SequentialResult
 from dspy_for.testing import ScriptedLM, for_responder
 
@@ -47,7 +48,7 @@ def result(tmp_path_factory):
 def test_the_item_frame_has_one_row_per_item_method_and_epoch_with_per_role_columns(result):
     items = result.to_pandas()  # level="items" is the default
     assert len(items) == 4 * 2 * 2  # items × methods × epochs
-    assert list(items.columns[: len(ITEM_COLUMNS)]) == ITEM_COLUMNS
+    assert list(items.columns[: len(fixed_names(ITEM_COLUMNS))]) == fixed_names(ITEM_COLUMNS)
     assert sorted(set(items["epoch"])) == [0, 1]
     for_rows = items[items["method"] == "for_n1"]
     assert set(for_rows["method_name"]) == {"for"}
@@ -64,20 +65,58 @@ def test_the_item_frame_has_one_row_per_item_method_and_epoch_with_per_role_colu
     assert list(for_rows["answer"]) == [r.answer for r in records]
     assert list(for_rows["seconds"]) == [r.wall_time for r in records]
     assert for_rows["cost"].isna().all()  # a scripted LM has no price: absent, never $0
-    assert set(for_rows["served_by"]) == {""}  # nothing recorded what served it
+    assert for_rows["served_by"].isna().all()  # nothing recorded what served it: missing, not made up
+
+
+def test_every_frame_column_has_its_declared_type(result):
+    items = result.to_pandas()
+    assert str(items["epoch"].dtype) == "Int64" and str(items["tokens.defender"].dtype) == "Int64"  # counts
+    assert str(items["failed"].dtype) == "boolean" and str(items["cache_served"].dtype) == "boolean"  # flags
+    assert str(items["gold"].dtype) == "string" and set(items["gold"]) == {str(i.gold) for i in _records(result)}
+    assert str(items["started_at"].dtype).startswith("datetime64") and str(items["started_at"].dt.tz) == "UTC"
+    first = result.results["gsm8k"]["cot"].items[0]
+    assert items["started_at"].iloc[0].timestamp() == pytest.approx(first.started_at)
+    # the methods in the table's order (cot, then for_n1), never alphabetically
+    assert items["method"].cat.ordered and list(items["method"].cat.categories) == ["cot", "for_n1"]
+    cells = result.to_pandas(level="cells")
+    assert str(cells["n"].dtype) == "Int64" and str(cells["paired_n"].dtype) == "Int64"
+    assert str(cells["mixed_serving"].dtype) == "boolean" and str(cells["accuracy"].dtype) == "float64"
+    assert str(result.to_pandas(level="pairs")["paired_n"].dtype) == "Int64"
+
+
+def test_every_row_says_where_it_came_from(result):
+    """The comparison's MLflow run, its experiment, the config (a spec object has none: missing) and each role's LM;
+    each record's MLflow trace, which is there to open."""
+    from mlflow.tracking import MlflowClient
+
+    for level in ("items", "cells", "pairs"):
+        frame = result.to_pandas(level=level)
+        assert set(frame["run_id"]) == {result.run_id} and set(frame["experiment"]) == {"frames"}, level
+        assert frame["config"].isna().all(), level
+    items = result.to_pandas()
+    assert set(items[items["method"] == "for_n1"]["lm.debater"]) == {"scripted"}
+    assert items[items["method"] == "cot"]["lm.debater"].isna().all() and set(items["lm.task"].dropna()) == {"scripted"}
+    assert items["trace_id"].notna().all() and items["trace_id"].is_unique
+    trace = MlflowClient(result.spec.tracking_uri).get_trace(items["trace_id"].iloc[0])
+    assert trace.info.trace_metadata["dspy_for.item_id"] == items["item_id"].iloc[0]
+
+
+def _records(result):
+    return [i for by_label in result.results.values() for r in by_label.values() for i in r.items]
 
 
 def test_the_cell_frame_reads_the_cells_the_table_prints(result):
     cells = result.to_pandas(level="cells")
-    assert list(cells.columns[: len(CELL_COLUMNS)]) == CELL_COLUMNS
-    assert list(cells["method"]) == ["cot", "for_n1"]
+    assert list(cells.columns[: len(fixed_names(CELL_COLUMNS))]) == fixed_names(CELL_COLUMNS)
+    assert list(cells["method"]) == ["cot", "for_n1"] and set(cells["status"]) == {"measured"}
     for cell, row in zip(result.cells, cells.to_dict("records"), strict=True):
         s = cell.summary
         assert row["n"] == s.n and row["accuracy"] == s.accuracy and row["tokens_per_item"] == s.tokens_per_item
         assert (row["ci_low"], row["ci_high"]) == (s.ci_low, s.ci_high)
         assert row["epochs"] == 2 and row["answers"] == 8
-        for role, r in s.per_role.items():
-            assert row[f"tokens_per_item.{role}"] == r["served"] and row[f"calls_per_item.{role}"] == r["calls"]
+        for role, tokens in s.tokens_per_item_by_role.items():
+            assert row[f"tokens_per_item.{role}"] == tokens
+            assert row[f"calls_per_item.{role}"] == s.calls_per_item_by_role[role]
     for_row = cells.set_index("method").loc["for_n1"]
     assert for_row["delta"] == result.cells[1].summary.delta
     assert for_row["paired_test"] == result.cells[1].summary.paired_test
@@ -88,8 +127,8 @@ def test_the_cell_frame_reads_the_cells_the_table_prints(result):
 
 def test_the_pair_frame_has_each_paired_test(result):
     pairs = result.to_pandas(level="pairs")
-    assert list(pairs.columns[: len(PAIR_COLUMNS)]) == PAIR_COLUMNS
-    assert pairs[["method", "baseline", "score"]].values.tolist() == [["for_n1", "cot", "accuracy"]]
+    assert list(pairs.columns[: len(fixed_names(PAIR_COLUMNS))]) == fixed_names(PAIR_COLUMNS)
+    assert pairs[["method", "baseline", "score"]].astype(str).values.tolist() == [["for_n1", "cot", "accuracy"]]
     s = result.cells[1].summary
     assert pairs.iloc[0]["p_value"] == s.p_value and pairs.iloc[0]["paired_n"] == s.paired_n == 4
 
@@ -102,7 +141,7 @@ def test_an_unknown_level_names_the_ones_there_are(result):
 def test_a_notebook_shows_the_table_as_html(result):
     html = result._repr_html_()
     assert html.count("<table>") == 1 and "gsm8k — baseline: cot" in html
-    assert "<td>for_n1</td>" in html and "<th>acc %</th>" in html
+    assert "<td>for_n1</td>" in html and "<th>acc % [95% CI]</th>" in html and "<th>Δ pts</th>" in html
 
 
 def test_an_advices_candidates_records_and_pairs(result):
@@ -124,15 +163,18 @@ def test_an_advices_candidates_records_and_pairs(result):
         recommended="cot",
     )
     cells = advice.to_pandas()
-    assert cells[["method", "method_name", "status", "recommended"]].values.tolist() == [
+    assert cells[["method", "method_name", "status", "recommended"]].astype(object).values.tolist() == [
         ["cot", "cot", "recommended", True],
         ["for_n1", "for", "in the running", False],
     ]
+    assert str(cells["recommended"].dtype) == "boolean" and list(cells["method"].cat.categories) == ["cot", "for_n1"]
     assert cells.set_index("method").loc["for_n1", "options.rounds"] == 1
     assert cells.set_index("method").loc["for_n1", "accuracy"] == for_n1.accuracy
     assert len(advice.to_pandas(level="items")) == len(cot.items) + len(for_n1.items)
     pairs = advice.to_pandas(level="pairs")
-    assert pairs[["method", "baseline", "paired_n", "resolved"]].values.tolist() == [["cot", "for_n1", 4, False]]
+    assert pairs[["method", "baseline", "paired_n", "resolved"]].astype(object).values.tolist() == [
+        ["cot", "for_n1", 4, False]
+    ]
     assert "<td>recommended</td>" in advice._repr_html_()
     documented = _documented("frame.candidates")
     assert [c for c in cells.columns if not _covered(c, documented)] == []
@@ -146,15 +188,19 @@ def test_a_sweeps_trials_with_each_option_as_a_column():
             params={"rounds": rounds}, distributions=dist, value=value, user_attrs={"tokens_per_item": 100.0 * rounds}
         )
         study.add_trial(trial)
-    result = SimpleNamespace(spec=SimpleNamespace(objectives=["accuracy"], study="s"), study=study)
-    trials = sweep_frame(result)
-    assert trials[["trial", "state", "accuracy", "options.rounds", "tokens_per_item"]].values.tolist() == [
+    origin = {"run_id": "r1", "experiment": "sweep", "config": "sweep.toml", "lm.task": "m"}
+    trials = trials_frame(study, ["accuracy"], origin)
+    assert trials[["trial", "state", "accuracy", "options.rounds", "tokens_per_item"]].astype(
+        object
+    ).values.tolist() == [
         [0, "COMPLETE", 0.5, 1, 100.0],
         [1, "COMPLETE", 0.75, 3, 300.0],
     ]
+    assert set(trials["config"]) == {"sweep.toml"} and str(trials["trial"].dtype) == "Int64"
+    assert str(trials["started"].dt.tz) == "UTC"
     assert [c for c in trials.columns if not _covered(c, _documented("frame.trials"))] == []
     with pytest.raises(ConfigError, match="a sweep keeps no item records"):
-        sweep_frame(result, level="items")
+        trials_frame(study, ["accuracy"], origin, level="items")
 
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
@@ -175,14 +221,6 @@ def _documented(marker: str) -> list[str]:
 def _covered(column: str, documented: list[str]) -> bool:
     patterns = [re.escape(d).replace(r"\<", "<").replace(r"\>", ">") for d in documented]
     return any(re.fullmatch(re.sub(r"<[^>]+>", ".+", p), column) for p in patterns)
-
-
-@pytest.mark.parametrize(
-    ("marker", "fixed"), [("frame.items", ITEM_COLUMNS), ("frame.cells", CELL_COLUMNS), ("frame.pairs", PAIR_COLUMNS)]
-)
-def test_the_reference_lists_the_fixed_columns_in_order(marker, fixed):
-    concrete = [c for c in _documented(marker) if "<" not in c]  # per-key rows (`tokens.<role>`) sit by their total
-    assert concrete[: len(fixed)] == fixed
 
 
 def test_the_reference_lists_every_column_a_frame_has(result):

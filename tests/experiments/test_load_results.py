@@ -5,6 +5,7 @@ type or folder that is not there, a level that does not exist) fails with exit 2
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -17,8 +18,9 @@ from dspy_for.cli import app
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import compare, load_results
 from dspy_for.experiments.core.prepare import prepare_run, result_key
+from dspy_for.experiments.export import write_frame
 from dspy_for.experiments.methods import list_methods
-from dspy_for.experiments.results import write_frame
+from dspy_for.experiments.reports.table import table_text
 from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec, MethodConfig
 from dspy_for.testing import for_responder
 
@@ -111,9 +113,12 @@ def test_no_records_for_the_config_is_an_error_naming_the_fix(scripted, tmp_path
     compare(config, methods="cot", baseline="cot")
     with pytest.raises(ConfigError, match="has no stored records for this config"):
         load_results(config, lm="openai/other-model")
-    partial = load_results(config)  # for_n1 never ran: a cell that could not run, not a number
-    assert "no stored records" in partial.errors["gsm8k"]["for_n1"]
-    assert partial.to_pandas(level="cells").set_index("method").loc["for_n1", "error"].startswith("no stored")
+    partial = load_results(config)  # for_n1 never ran: a cell that did not run — not a number, not an error
+    assert not partial.errors["gsm8k"] and partial.missing["gsm8k"]["for_n1"] == 4
+    cells = partial.to_pandas(level="cells").set_index("method")
+    assert cells.loc["for_n1", "status"] == "not run" and pd.isna(cells.loc["for_n1", "accuracy"])
+    assert cells.loc["for_n1", "missing"] == 4 and pd.isna(cells.loc["for_n1", "error"])
+    assert re.search(r"^for_n1\s+0\s+not run\s*$", table_text(partial), re.MULTILINE)
 
 
 BAD_EXPORTS = [

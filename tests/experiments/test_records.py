@@ -67,7 +67,7 @@ def test_seconds_per_item_leaves_out_answers_the_dspy_cache_served_and_bounds_th
     assert mixed.seconds_per_item == pytest.approx(10.0) and mixed.seconds_partly_cached
     warm = MethodResult("cot", [item(0, 0.001, 2), item(1, 0.002, 2)])
     assert math.isnan(warm.seconds_per_item)  # absent: no answer says what the method costs in time
-    from dspy_for.experiments.core.summary import summarize
+    from dspy_for.experiments.core.summarize import summarize
     from dspy_for.experiments.reports.table import COLUMNS
 
     seconds = next(c for c in COLUMNS if c.header == "s/item")
@@ -76,7 +76,7 @@ def test_seconds_per_item_leaves_out_answers_the_dspy_cache_served_and_bounds_th
 
 
 def test_a_method_whose_every_answer_the_cache_served_has_no_time_in_its_summary_table_or_metrics():
-    from dspy_for.experiments.core.summary import summarize
+    from dspy_for.experiments.core.summarize import summarize
     from dspy_for.experiments.reports.table import COLUMNS
 
     usage = {"total": {"calls": 1, "cached_calls": 1, "tokens": 10}}

@@ -57,12 +57,12 @@ def test_a_pair_that_is_always_discordant_stops_early(install_scripted_lm, tmp_p
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     result = compare(_write(tmp_path), tracking_uri=uri)
     (pair,) = result.sequential
-    assert pair["method"] == "cot" and pair["resolved"] and pair["direction"] == 1
-    stop = pair["stopped_at"]
+    assert pair.method == "cot" and pair.result.resolved and pair.result.direction == 1
+    stop = pair.result.stopped_at
     assert 3 <= stop < 20  # far fewer than the 45 items a fixed comparison would run
     runs = result.results["gsm8k"]
     assert runs["cot"].n == runs["single"].n < 45  # both stopped with the pair, batch by batch
-    assert "resolved at n=" in next(line for line in pair["text"].splitlines())
+    assert "resolved at n=" in next(line for line in pair.text().splitlines())
 
     from mlflow.tracking import MlflowClient
 
@@ -73,7 +73,7 @@ def test_a_pair_that_is_always_discordant_stops_early(install_scripted_lm, tmp_p
     calls = len(lm.history)
     again = compare(_write(tmp_path), tracking_uri=uri)  # a replay of the stored results
     assert len(lm.history) == calls  # no LM call
-    assert again.sequential[0]["stopped_at"] == stop
+    assert again.sequential[0].result.stopped_at == stop
 
 
 def test_identical_methods_run_to_max_items_unresolved(install_scripted_lm, tmp_path: Path):
@@ -85,8 +85,8 @@ def test_identical_methods_run_to_max_items_unresolved(install_scripted_lm, tmp_
     (tmp_path / "seq.toml").write_text(config)
     result = compare(tmp_path / "seq.toml", tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     (pair,) = result.sequential
-    assert not pair["resolved"] and pair["n"] == 10 and pair["stopped_at"] is None
-    assert result.results["gsm8k"]["b"].n == 10 and "unresolved after n=10" in pair["text"]
+    assert not pair.result.resolved and pair.result.n == 10 and pair.result.stopped_at is None
+    assert result.results["gsm8k"]["b"].n == 10 and "unresolved after n=10" in pair.text()
 
 
 def test_sequential_input_errors_name_the_option(tmp_path: Path):
@@ -151,8 +151,8 @@ def test_a_sequential_comparison_loads_back_with_its_pairs(install_scripted_lm, 
     assert loaded.sequential == live.sequential and not loaded.missing
     pairs = loaded.to_pandas(level="pairs")
     seq = pairs[pairs["paired_test"] == "sequential_binary"]
-    assert seq[["method", "baseline", "resolved", "stopped_at"]].values.tolist() == [
-        ["cot", "single", True, live.sequential[0]["stopped_at"]]
+    assert seq[["method", "baseline", "resolved", "stopped_at"]].astype(object).values.tolist() == [
+        ["cot", "single", True, live.sequential[0].result.stopped_at]
     ]
     from_config = load_results(_write(tmp_path), tracking_uri=uri)
     assert not from_config.missing and not from_config.sequential  # its pairs come back with the run id only

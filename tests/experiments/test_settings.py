@@ -26,7 +26,7 @@ from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 
 runner = CliRunner()
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
-SPEC_OF = {"compare": ExperimentSpec, "advise": ExperimentSpec, "sweep": SweepSpec}
+SPEC_OF = {"compare": ExperimentSpec, "advise": ExperimentSpec, "export": ExperimentSpec, "sweep": SweepSpec}
 CONFIG = 'lm = "openai/x"\n[[datasets]]\nname = "gsm8k"\nsplit = "sample"\n[[methods]]\nname = "cot"\n'
 SWEEP = 'method = "cot"\n[dataset]\nname = "gsm8k"\n[search.temperature]\ntype = "float"\nlow = 0\nhigh = 1\n'
 
@@ -70,7 +70,7 @@ def test_every_declared_setting_is_a_typed_field_of_the_spec_each_of_its_command
     for s in SETTINGS.values():
         for command in s.commands:
             spec_class = SPEC_OF[command]
-            assert ("compare" if command == "advise" else command) == spec_class.COMMAND
+            assert ("compare" if command in ("advise", "export") else command) == spec_class.COMMAND
             found = {f.name: f for f in dataclasses.fields(spec_class)}
             assert s.name in found and found[s.name].default == s.default, (s.name, command)
     sweep_fields = {f.name for f in dataclasses.fields(SweepSpec)}
@@ -106,7 +106,7 @@ def test_a_settings_value_is_checked_alike_from_a_config_a_flag_and_python(tmp_p
 def test_a_setting_a_command_does_not_take_is_refused_in_its_config_and_its_python_call(tmp_path):
     sweep = tmp_path / "s.toml"
     sweep.write_text('results_dir = "here"\n' + SWEEP)
-    with pytest.raises(ConfigError, match="`results_dir` applies to compare, advise only"):
+    with pytest.raises(ConfigError, match="`results_dir` applies to compare, advise, export only"):
         load_sweep_spec(sweep)
     sweep.write_text(SWEEP)
     with pytest.raises(ConfigError, match="`autolog` applies to compare only"):

@@ -194,8 +194,8 @@ def test_a_stored_result_keeps_its_key_whatever_the_slots_but_not_whatever_the_p
 
 def test_num_threads_follows_the_local_servers_slots_unless_given():
     from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
+    from dspy_for.experiments.spec.checks import run_threads
     from dspy_for.experiments.spec.model import JudgeConfig
-    from dspy_for.experiments.spec.settings import run_threads
 
     def threads(lm=f"local/{NAME}", **kw):
         spec = ExperimentSpec(lm=lm, datasets=[DatasetConfig("gsm8k", "val")], methods=[MethodConfig("cot")], **kw)

@@ -98,62 +98,86 @@ def advise(
     train: str | Path | None = None,
     **settings: Any,
 ) -> Advice | RunPlan:
-    """Which method to run with ``lm`` on a task at ``budget`` tokens (and/or ``budget_usd`` USD) per item (package
-    docstring).
+    """Which method to run with ``lm`` on a task at ``budget`` tokens (and/or ``budget_usd`` USD) per item: every
+    candidate measured on a pilot, then in rounds of anytime-valid paired tests until the pick is resolved (the
+    package docstring; each parameter: ``docs/reference.md``, section ``advise``).
 
-    The task: ``dataset`` and ``split`` (default ``val``) of a benchmark, or ``data``, a JSONL file with
-    ``question`` and ``answer`` per line; ``first``: only its first N items (before the seeded order: e.g. the
-    items a comparison already stored). ``methods``: candidate labels or registry names (default: every method
-    that reads no gold label). ``max_items`` / ``timeout`` (seconds) bound the rounds; ``margin`` (accuracy as a
-    fraction, 0.05 = 5 points) is the difference below which two methods count as equally good; ``alpha`` is the
-    error rate over all the pairs tested. ``pilot``: items that measure each candidate's cost; ``batch_size``:
-    items per round. ``settings``: the run settings ``advise`` takes, by their declared names
-    (:mod:`~dspy_for.experiments.spec.settings`): ``num_threads``, ``max_cost`` (USD: once the run has spent it
-    no item starts and the leader so far is recommended, unresolved: ``stopped_by_cost``; a re-run resumes),
-    ``epochs`` (runs per item, each its own sample) made one value by ``reducer`` (mean, majority, pass_at_k),
-    ``tracking_uri``, ``results_dir``. ``volume``: the items you will run; the pick among candidates within the
-    margin is then the one with the lowest cost per correct answer over them, compile included; ``compile``
-    (compiler kinds, e.g. ``"bootstrap,gepa"``, with ``volume``) also tries each candidate with predictors compiled
-    on ``train``, a JSONL file (:mod:`.volume`). Bad input fails with :class:`~dspy_for.errors.ConfigError` before
-    any LM call (``budget_usd`` with an LM that has no price too). ``dry_run=True``: the
-    :class:`~dspy_for.experiments.core.plan.RunPlan` (the most the run can take) instead, with no LM built or
-    called.
-    """
+    The task: ``dataset`` and ``split``, or ``data`` (a JSONL file); ``methods``: the candidates (default: every
+    method that reads no gold label); ``volume``, ``compile`` and ``train``: the cost per correct answer over the
+    items you will run, compiled candidates included (:mod:`.volume`). ``settings``: the run settings ``advise``
+    takes, by their declared names (:mod:`~dspy_for.experiments.spec.settings`). Bad input fails with
+    :class:`~dspy_for.errors.ConfigError` before any LM call; ``dry_run=True`` returns the
+    :class:`~dspy_for.experiments.core.plan.RunPlan` instead, with no LM built or called."""
     started = time.monotonic()
     settings = check_settings(settings, "advise", " from this advise() call")
     check_numbers(budget=budget, margin=margin, timeout=timeout, pilot=pilot, budget_usd=budget_usd)
     kinds, n_train = check_volume(volume, compile, train)
     d = replace(task_dataset(dataset, split, data, data_dir), first=first)
-    chosen = select_candidates(methods)
-    if train is not None and n_train is not None:
-        chosen += compiled_candidates(chosen, kinds, train, n_train)
-    base = ExperimentSpec(
-        datasets=[d],
-        methods=[MethodConfig(c.method, c.label, dict(c.options), compile=c.compile) for c in chosen],
-        alpha=alpha,
-        batch_size=batch_size,
-        max_items=max_items,
-    )
-    overrides = Overrides(
-        lm=lm,
-        role_lms=role_lms,
-        lm_options=lm_options,
-        role_lm_options=role_lm_options,
-        max_tokens=max_tokens,
-        seed=seed,
-        experiment=experiment,
-        settings=settings,
-    )
-    spec = load_spec(base, overrides)
-    if budget_usd is not None:
-        check_priced_for_budget(spec)
-    if volume is not None:
-        check_volume_lms(spec)
+    chosen = _candidates(methods, kinds, train, n_train)
+    lms = Overrides(lm=lm, role_lms=role_lms, lm_options=lm_options, role_lm_options=role_lm_options)
+    run = replace(lms, max_tokens=max_tokens, seed=seed, experiment=experiment, settings=settings)
+    spec = _spec(d, chosen, run, alpha=alpha, batch_size=batch_size, max_items=max_items)
+    _check_priced(spec, budget_usd=budget_usd, volume=volume)
     order = seeded_order(load_examples(d), spec.seed)[: spec.max_items or None]
     if spec.dry_run:  # the plan before the spend: no MLflow run, no LM
         items_dir = spec.items_dir(store.tracking_root(spec.tracking_uri))
         students = {c.label: c.student for c in chosen if c.student is not None}
         return plan_advise(spec, order, items_dir, pilot=pilot, budget=budget, budget_usd=budget_usd, students=students)
+    asked = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
+    if budget_usd is not None:  # (only when given: the directory of an answer without them keeps its name)
+        asked["budget_usd"] = budget_usd
+    if volume is not None:
+        asked.update(volume=volume, compile=kinds, train=str(train) if train is not None else None)
+    return _run(spec, d, order, chosen, asked, started=started, progress=progress)
+
+
+def _candidates(
+    methods: str | Sequence[str] | None, kinds: list[str], train: str | Path | None, n_train: int | None
+) -> list[Candidate]:
+    """The candidates named (default: every method that reads no gold label) and, with ``--compile``, each compiled
+    on ``train``."""
+    chosen = select_candidates(methods)
+    if train is not None and n_train is not None:
+        chosen += compiled_candidates(chosen, kinds, train, n_train)
+    return chosen
+
+
+def _spec(
+    d: DatasetConfig,
+    chosen: list[Candidate],
+    overrides: Overrides,
+    *,
+    alpha: float,
+    batch_size: int,
+    max_items: int | None,
+) -> ExperimentSpec:
+    """The one validated spec of the run: every candidate on the task, with the LMs and settings given."""
+    methods = [MethodConfig(c.method, c.label, dict(c.options), compile=c.compile) for c in chosen]
+    base = ExperimentSpec(datasets=[d], methods=methods, alpha=alpha, batch_size=batch_size, max_items=max_items)
+    return load_spec(base, overrides)
+
+
+def _check_priced(spec: ExperimentSpec, *, budget_usd: float | None, volume: int | None) -> None:
+    """A budget in USD needs every LM priced; costs at a volume need USD, or the tokens of one LM."""
+    if budget_usd is not None:
+        check_priced_for_budget(spec)
+    if volume is not None:
+        check_volume_lms(spec)
+
+
+def _run(
+    spec: ExperimentSpec,
+    d: DatasetConfig,
+    order: list[dspy.Example],
+    chosen: list[Candidate],
+    asked: dict[str, Any],
+    *,
+    started: float,
+    progress: bool,
+) -> Advice:
+    """The advice, measured: its MLflow run, the pilot and the rounds (until ``asked``'s timeout, if any), then its
+    recommendation and record."""
+    timeout = asked["timeout"]
     deadline = started + timeout if timeout is not None else math.inf
 
     def expired() -> bool:
@@ -161,13 +185,8 @@ def advise(
 
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
     items_dir = spec.items_dir(root)
-    check_results_dir(items_dir, lambda: plan_advise(spec, order, items_dir, pilot=pilot))
-    asked = {"budget": budget, "margin": margin, "pilot": pilot, "timeout": timeout, "methods": methods}
-    if budget_usd is not None:  # (only when given: the directory of an answer without them keeps its name)
-        asked["budget_usd"] = budget_usd
-    if volume is not None:
-        asked.update(volume=volume, compile=kinds, train=str(train) if train is not None else None)
-    advice = _new_advice(spec, d, asked, root / "advise", pilot_items=min(pilot, len(order)))
+    check_results_dir(items_dir, lambda: plan_advise(spec, order, items_dir, pilot=asked["pilot"]))
+    advice = _new_advice(spec, d, asked, root / "advise", pilot_items=min(asked["pilot"], len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
     tracked = TrackedRun(
         spec,
@@ -371,7 +390,7 @@ def _finish(advice: Advice, started: float, tracked: TrackedRun) -> None:
     advice.items_used = len(keys)
     if advice.volume is not None:
         advice.at_volume = volume_rows(advice)
-        advice.breakeven = volume_breakeven(advice, advice.at_volume)
+        advice.breakeven = volume_breakeven(advice)
     advice.elapsed = time.monotonic() - started
     parent = tracked.run_id
     assert parent is not None

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dspy_for.experiments.advisor.result import Advice, CandidateOutcome, dollars_per_item
+from dspy_for.experiments.advisor.result import Advice, AtVolume, CandidateOutcome, dollars_per_item
 from dspy_for.experiments.comparison import ComparisonResult
 from dspy_for.experiments.core import MethodResult
+from dspy_for.experiments.core.costs import USD
+from dspy_for.experiments.core.shown import compile_cell
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.reports.breakeven import breakeven_lines
-from dspy_for.experiments.reports.compiled import compile_cell
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.tracking import store
 
@@ -51,7 +52,7 @@ def advice_table(advice: Advice) -> list[list[str]]:
     left (or how its budgeted option was sized)."""
     rows = []
     priced = _priced(advice)
-    at = {r["method"]: _per_correct(r) for r in advice.at_volume}
+    at = {r.method: _per_correct(r) for r in advice.at_volume}
     for c in advice.candidates:
         r = c.result
         n = "-" if r is None else str(r.n_scored) + (f" +{r.n_failed}✗" if r.n_failed else "")
@@ -63,19 +64,19 @@ def advice_table(advice: Advice) -> list[list[str]]:
     return rows
 
 
-def _per_correct(row: dict[str, Any]) -> str:
+def _per_correct(at: AtVolume) -> str:
     """A cost per correct answer at the volume: dollars, or tokens ('-': unknown)."""
-    value = row["cost_per_correct"]
+    value = at.cost_per_correct
     if value is None:
         return "-"
-    return money(value) if row["unit"] == "usd" else f"{value:,.0f} tok"
+    return money(value) if at.unit == USD else f"{value:,.0f} tok"
 
 
 def volume_lines(advice: Advice) -> list[str]:
     """With ``--volume``: what the column means, each compiled candidate's compile and the break-even volumes."""
     if advice.volume is None:
         return []
-    unit = next((r["unit"] for r in advice.at_volume), "usd")
+    unit = next((r.unit for r in advice.at_volume), USD)
     lines = [
         f"/correct @{advice.volume:,}: total cost per correct answer over {advice.volume:,} items, compile included "
         f"(its first compile's cost, also when reused), in {'USD' if unit == 'usd' else 'tokens'}"
@@ -84,7 +85,7 @@ def volume_lines(advice: Advice) -> list[str]:
         lines.append(f"compiled on {advice.train} ({', '.join(advice.compilers)}): each compile once, cached")
     for c in advice.candidates:
         if c.compile and c.result is not None and c.result.compile is not None:
-            lines.append(f"  {c.label} compile: {compile_cell(c.result.compile.row())}")
+            lines.append(f"  {c.label} compile: {compile_cell(c.result.compile)}")
     if advice.breakeven:
         lines.append(
             "break-even: the items after which the compiled candidate has the lower total cost per correct answer "
@@ -153,7 +154,7 @@ def advice_lines(advice: Advice, *, spend: bool = True) -> list[str]:
                 f"[{100 * s.low:+.1f}, {100 * s.high:+.1f}] at α {s.alpha:.3g}, {state}"
             )
         lines.append(f"  items used: {advice.items_used} (pilot {advice.pilot_items}), {advice.elapsed:.0f}s")
-        at = next((r for r in advice.at_volume if r["method"] == rec.label), None)
+        at = next((r for r in advice.at_volume if r.method == rec.label), None)
         if at is not None and advice.volume is not None:
             lines.append(f"  over {advice.volume:,} items: {_per_correct(at)} per correct answer, compile included")
         if advice.python_line:
@@ -235,8 +236,8 @@ def _cost_metrics(advice: Advice) -> dict[str, float]:
         if (cost := dollars_per_item(c.result)) is not None:
             out[f"advise.{c.label}.cost_per_item_usd"] = cost
     for r in advice.at_volume:
-        if r["cost_per_correct"] is not None:
-            out[f"advise.{r['method']}.cost_per_correct_at_volume"] = r["cost_per_correct"]
+        if r.cost_per_correct is not None:
+            out[f"advise.{r.method}.cost_per_correct_at_volume"] = r.cost_per_correct
     rec = advice.recommendation
     if rec is not None and (cost := dollars_per_item(rec.result)) is not None:
         out["advise.cost_per_item_usd"] = cost

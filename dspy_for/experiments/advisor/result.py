@@ -9,14 +9,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments.core import MethodResult, SpendLimit
-from dspy_for.experiments.core.outcome import Outcome
+from dspy_for.experiments.core.costs import BreakEvenRow, Unit
+from dspy_for.experiments.core.frame_columns import CANDIDATE_COLUMNS, PAIR_COLUMNS, typed_frame
+from dspy_for.experiments.core.frames import (
+    check_level,
+    comparison_frame,
+    flatten,
+    lm_names,
+    provenance,
+    sequential_row,
+)
+from dspy_for.experiments.core.frames_html import html_table
+from dspy_for.experiments.core.outcome import ComparisonResult, Outcome
 from dspy_for.experiments.spec import ExperimentSpec
 from dspy_for.stats import SequentialResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Advice", "CandidateOutcome", "CandidatePair", "dollars_per_item", "flipped"]
+__all__ = ["Advice", "AtVolume", "CandidateOutcome", "CandidatePair", "dollars_per_item", "flipped"]
 
 # a candidate's fate
 RECOMMENDED = "recommended"
@@ -83,6 +94,16 @@ class CandidateOutcome:
 
 
 @dataclass(frozen=True)
+class AtVolume:
+    """A candidate's total cost per correct answer over the ``--volume`` items, its compile included, in ``unit``
+    (None: unknown, or it answered nothing right)."""
+
+    method: str
+    unit: Unit
+    cost_per_correct: float | None
+
+
+@dataclass(frozen=True)
 class CandidatePair:
     """The anytime-valid paired test of candidate ``a`` against candidate ``b`` (``result.diff`` = accuracy of a − b)
     on the items both scored after the pilot, as it stood when the rounds ended or when one of them left. (A
@@ -113,9 +134,9 @@ class Advice(Outcome):
     volume: int | None = None  # items the user will run (`--volume`): the recommendation's cost counts its compile
     compilers: list[str] = field(default_factory=list)  # `--compile`: each candidate with predictors tried compiled
     train: str | None = None  # `--train`: the file the compiled candidates were compiled on
-    #: with a volume: each measured candidate's summary row with its cost per correct answer at the volume
-    at_volume: list[dict[str, Any]] = field(default_factory=list)
-    breakeven: list[dict[str, Any]] = field(default_factory=list)  # each compiled candidate's break-even volumes
+    #: with a volume: each measured candidate's cost per correct answer at the volume
+    at_volume: list[AtVolume] = field(default_factory=list)
+    breakeven: list[BreakEvenRow] = field(default_factory=list)  # each compiled candidate's break-even volumes
     candidates: list[CandidateOutcome] = field(default_factory=list)
     pairs: list[CandidatePair] = field(default_factory=list)
     pair_alpha: float | None = None  # each pair's level: alpha / pairs (Bonferroni)
@@ -166,17 +187,44 @@ class Advice(Outcome):
         return [c.result for c in self.candidates if c.result is not None]
 
     def to_pandas(self, level: str = "cells") -> pd.DataFrame:
-        """The advice as a pandas data frame: ``cells`` (one row per candidate), ``items`` (the candidates' records)
-        or ``pairs`` (each candidate pair's test); see :mod:`~dspy_for.experiments.core.frames`."""
-        from dspy_for.experiments.core.frames import advice_frame
+        """The advice as a pandas data frame: ``cells`` (one row per candidate: its row in the advice's table, each
+        option as ``options.<name>``), ``items`` (the candidates' records) or ``pairs`` (each candidate pair's
+        anytime-valid test as it stood when the rounds ended); see :mod:`~dspy_for.experiments.core.frames`."""
+        check_level("advice", level)
+        measured = {c.label: c.result for c in self.candidates if c.result is not None}
+        records = ComparisonResult(spec=self.spec, results={self.dataset: measured}, run_id=self.run_id)
+        if level == "items":
+            return comparison_frame(records, "items")
+        order = [c.label for c in self.candidates]
+        if level == "pairs":
+            rows = [
+                sequential_row(self.dataset, p.a, p.b, p.result, {"split": self.split, **self._origin(p.a)})
+                for p in self.pairs
+            ]
+            return typed_frame(rows, PAIR_COLUMNS, order)
+        return typed_frame([self._candidate_row(c) for c in self.candidates], CANDIDATE_COLUMNS, order)
 
-        return advice_frame(self, level)
+    def _origin(self, label: str) -> dict[str, Any]:
+        c = next((c for c in self.candidates if c.label == label), None)
+        return provenance(self.run_id, self.spec, None, lm_names(self.spec, c.method if c else label))
+
+    def _candidate_row(self, c: CandidateOutcome) -> dict[str, Any]:
+        row: dict[str, Any] = {"dataset": self.dataset, "split": self.split, **self._origin(c.label)}
+        for name, value in c.row().items():
+            flatten({"label": "method", "method": "method_name"}.get(name, name), value, row)
+        row["recommended"] = c.label == self.recommended
+        row["served_by"] = "; ".join(sorted({s for i in c.result.items for s in i.served_by})) if c.result else None
+        return row
 
     def _repr_html_(self) -> str:
-        """The candidates in a notebook, as an HTML table."""
-        from dspy_for.experiments.core.frames_html import advice_html
-
-        return advice_html(self)
+        """The candidates in a notebook, as an HTML table (status, accuracy, tokens and dollars per item), the
+        recommended one first."""
+        rows = [{**c.row(), "recommended": "yes" if c.label == self.recommended else ""} for c in self.candidates]
+        rows.sort(key=lambda r: r["recommended"] != "yes")
+        columns = [("candidate", "label"), ("method", "method"), ("status", "status"), ("recommended", "recommended")]
+        columns += [("n", "n"), ("failed", "failed"), ("acc %", "accuracy"), ("95% CI low", "ci_low")]
+        columns += [("95% CI high", "ci_high"), ("tok/item", "tokens_per_item"), ("$/item", "cost_per_item")]
+        return html_table(rows, [*columns, ("why", "reason")], f"advice on {self.dataset} ({self.split})")
 
     @property
     def could_not_run(self) -> dict[str, str]:
@@ -223,13 +271,13 @@ class Advice(Outcome):
         (compile included) and the break-even volumes."""
         if self.volume is None:
             return {}
-        costs = {r["method"]: {"cost_per_correct": r["cost_per_correct"], "unit": r["unit"]} for r in self.at_volume}
+        costs = {r.method: {"cost_per_correct": r.cost_per_correct, "unit": r.unit} for r in self.at_volume}
         return {
             "volume": self.volume,
             "compile": self.compilers,
             "train": self.train,
             "at_volume": costs,
-            "breakeven": self.breakeven,
+            "breakeven": [b.row() for b in self.breakeven],
         }
 
     def _spend_dict(self) -> dict[str, Any]:

@@ -195,7 +195,7 @@ class Rounds:
         top = leader(active)
         others = [c for c in active if c is not top]
         if all(self._within_margin(c.label, top.label) for c in others):
-            pick = cheapest(active) if self.volume is None else cheapest_at(self.dataset, active, self.volume)
+            pick = cheapest(active) if self.volume is None else cheapest_at(active, self.volume)
             how = (
                 f"indistinguishable: every other candidate's difference from {top.label} has its anytime-valid CI "
                 f"inside ±{100 * self.margin:g} points, so the cheapest wins"

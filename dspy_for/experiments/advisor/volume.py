@@ -29,13 +29,13 @@ from dspy_for.datasets.user import read_user_rows
 from dspy_for.errors import ConfigError, DatasetError
 from dspy_for.experiments.advisor.budget import lm_priced
 from dspy_for.experiments.advisor.candidates import Candidate
-from dspy_for.experiments.advisor.result import RECOMMENDED, RUNNING, WORSE, Advice, CandidateOutcome
-from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.advisor.result import RECOMMENDED, RUNNING, WORSE, Advice, AtVolume, CandidateOutcome
+from dspy_for.experiments.core.cell import Cell
+from dspy_for.experiments.core.costs import BreakEvenRow, breakeven_rows, cost_at, cost_unit, grid_pairs
+from dspy_for.experiments.core.summarize import summarize
 from dspy_for.experiments.methods import predictor_names
-from dspy_for.experiments.reports.breakeven import USD, breakeven_rows, cost_unit, grid_pairs, method_costs
 from dspy_for.experiments.spec import ExperimentSpec, MethodConfig
 from dspy_for.optimizers import COMPILERS
-from dspy_for.stats import CostModel
 
 __all__ = [
     "VALIDATION_SHARE",
@@ -43,8 +43,8 @@ __all__ = [
     "check_volume",
     "check_volume_lms",
     "compiled_candidates",
-    "cost_at",
     "volume_breakeven",
+    "volume_rows",
 ]
 
 #: a compiler that validates takes the last 1/VALIDATION_SHARE of the training file (at least one item)
@@ -149,50 +149,39 @@ def check_volume_lms(spec: ExperimentSpec) -> None:
             )
 
 
-def _row(dataset: str, c: CandidateOutcome) -> dict[str, Any]:
+def _cell(advice: Advice, c: CandidateOutcome) -> Cell:
+    """A measured candidate as a cell: its summary, as the cost model reads it."""
     assert c.result is not None
-    return {"dataset": dataset, **summarize(c.result).row()}
+    return Cell(advice.dataset, advice.split, c.label, c.method, summarize(c.result))
 
 
-def cost_at(rows: Sequence[dict[str, Any]], row: dict[str, Any], volume: int) -> float | None:
-    """What ``row``'s method costs per correct answer over ``volume`` items, its compile included, in the unit of
-    ``rows`` (:func:`~dspy_for.experiments.reports.breakeven.cost_unit`); None when unknown or when it answered
-    nothing right (no finite cost per correct answer)."""
-    costs = method_costs(row, cost_unit(rows))
-    if costs is None or not row.get("accuracy"):
-        return None
-    fixed = sum(f for f, _ in costs.values())  # one unit: USD, or the tokens of the run's one LM
-    per_item = sum(c for _, c in costs.values())
-    return CostModel(fixed, per_item, row["accuracy"]).cost_per_correct(volume)
-
-
-def cheapest_at(dataset: str, outcomes: Sequence[CandidateOutcome], volume: int) -> CandidateOutcome:
+def cheapest_at(outcomes: Sequence[CandidateOutcome], volume: int) -> CandidateOutcome:
     """The candidate with the lowest cost per correct answer over ``volume`` items (then the more accurate)."""
-    rows = [_row(dataset, c) for c in outcomes]
-    costs = [cost_at(rows, r, volume) for r in rows]
-    best = min(range(len(outcomes)), key=lambda i: (math.inf if costs[i] is None else costs[i], -rows[i]["accuracy"]))
+    summaries = [summarize(c.result) for c in outcomes if c.result is not None]
+    assert len(summaries) == len(outcomes), "every candidate weighed at the volume was measured"
+    costs = [cost_at(summaries, s, volume) for s in summaries]
+    best = min(
+        range(len(outcomes)),
+        key=lambda i: (math.inf if costs[i] is None else costs[i], -(summaries[i].accuracy or 0.0)),
+    )
     return outcomes[best]
 
 
-def volume_rows(advice: Advice) -> list[dict[str, Any]]:
-    """The summary row of every candidate measured in the rounds, with its cost per correct answer at the volume
-    (``cost_per_correct``) and the unit (``unit``)."""
+def volume_rows(advice: Advice) -> list[AtVolume]:
+    """Every candidate measured in the rounds, with its cost per correct answer at the volume, compile included, in
+    the unit of them all (:func:`~dspy_for.experiments.core.costs.cost_unit`)."""
     kept = [c for c in advice.candidates if c.measured and c.status in (RECOMMENDED, RUNNING, WORSE)]
-    rows = [_row(advice.dataset, c) for c in kept]
-    unit = cost_unit(rows)
-    for r in rows:
-        r["unit"] = "usd" if unit == USD else "tokens"
-        r["cost_per_correct"] = cost_at(rows, r, advice.volume or 1)
-    return rows
+    summaries = [_cell(advice, c).summary for c in kept]
+    measured = [s for s in summaries if s is not None]
+    unit = cost_unit(measured)
+    return [AtVolume(s.method, unit, cost_at(measured, s, advice.volume or 1)) for s in measured]
 
 
-def volume_breakeven(advice: Advice, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def volume_breakeven(advice: Advice) -> list[BreakEvenRow]:
     """Each compiled candidate's break-even volumes against its uncompiled student and the most accurate
-    uncompiled candidate (:func:`~dspy_for.experiments.reports.breakeven.breakeven_rows`)."""
-    by_label = {c.label: c for c in advice.candidates}
-    methods = [
-        MethodConfig(name=c.method, label=c.label, options=dict(c.options), compile=c.compile)
-        for r in rows
-        if (c := by_label[r["method"]])
-    ]
-    return breakeven_rows(rows, grid_pairs(methods, rows))
+    uncompiled candidate measured in the rounds (:func:`~dspy_for.experiments.core.costs.breakeven_rows`)."""
+    weighed = {r.method for r in advice.at_volume}
+    kept = [c for c in advice.candidates if c.label in weighed and c.result is not None]
+    cells = [_cell(advice, c) for c in kept]
+    methods = [MethodConfig(name=c.method, label=c.label, options=dict(c.options), compile=c.compile) for c in kept]
+    return breakeven_rows(cells, grid_pairs(methods, cells))

@@ -15,7 +15,7 @@ LM time is the seconds the calls take one after another.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,11 +219,11 @@ def counted_estimates(
     mid = {r: c[1] for r, c in calls.items()}
     high = {r: c[2] for r, c in calls.items()}
 
-    def estimate(value: Any) -> Estimate | None:
-        parts = [value(low), value(mid), value(high)]
-        if any(p is None for p in parts):
+    def estimate(value: Callable[[Mapping[str, float]], float | None]) -> Estimate | None:
+        least, typical, most = value(low), value(mid), value(high)
+        if least is None or typical is None or most is None:
             return None
-        return Estimate(n * parts[1], n * parts[0], n * parts[2], source)
+        return Estimate(n * typical, n * least, n * most, source)
 
     def usd(counts: Mapping[str, float]) -> float | None:
         total = 0.0

@@ -9,14 +9,11 @@ from __future__ import annotations
 import errno
 import logging
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dspy_for.errors import PathError
-
-if TYPE_CHECKING:
-    from dspy_for.experiments.core.plan import RunPlan
 
 __all__ = ["READ_ONLY", "check_results_dir", "probe_write", "writable_folder"]
 
@@ -52,7 +49,31 @@ def writable_folder(path: Path, what: str, fix: str) -> OSError | None:
     return None
 
 
-def check_results_dir(items_dir: Path, plan: Callable[[], RunPlan]) -> None:
+class PlannedStep(Protocol):
+    """A step of a plan as :func:`check_results_dir` reads it (a :class:`~dspy_for.experiments.core.plan.CellPlan`)."""
+
+    @property
+    def step(self) -> str: ...
+
+    @property
+    def to_run(self) -> int: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+class Planned(Protocol):
+    """What :func:`check_results_dir` reads of a run's plan (a :class:`~dspy_for.experiments.core.plan.RunPlan`):
+    the items it has to run, and its steps."""
+
+    @property
+    def to_run(self) -> int: ...
+
+    @property
+    def cells(self) -> Sequence[PlannedStep]: ...
+
+
+def check_results_dir(items_dir: Path, plan: Callable[[], Planned]) -> None:
     """``items_dir`` ready for a run's records (see the module docstring); ``plan``: what the run will take, worked out
     without an LM, asked only when the folder cannot be written."""
     read_only = writable_folder(items_dir, "`results_dir`", _RESULTS_FIX)

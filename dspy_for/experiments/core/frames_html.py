@@ -1,22 +1,21 @@
-"""Results as HTML: what a notebook shows for a comparison (one table per dataset, read from the cell frame's rows:
-:func:`~dspy_for.experiments.core.frames.cell_rows`), an advice (its candidates) and a sweep (its trials)."""
+"""Results as HTML: what a notebook shows for a comparison (one table per dataset, the columns and cells the printed
+table has: :mod:`~dspy_for.experiments.core.shown`), and :func:`html_table`, which an advice's candidates and a
+sweep's trials are shown with."""
 
 from __future__ import annotations
 
 import html
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dspy_for.experiments.core.frames import cell_rows, trial_rows
+from dspy_for.experiments.core.frames import Comparison
+from dspy_for.experiments.core.shown import shown_columns, table_header, table_row
 
-if TYPE_CHECKING:
-    from dspy_for.experiments.core.outcome import ComparisonResult
-
-__all__ = ["advice_html", "comparison_html", "html_table", "sweep_html"]
+__all__ = ["comparison_html", "html_table"]
 
 
-def _fmt(value: Any, percent: bool = False) -> str:
+def _fmt(value: object, percent: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, float):
@@ -28,54 +27,24 @@ def html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, s
     """``rows`` as an HTML table of ``columns`` (header, key); proportions (``accuracy``, ``ci_*``, ``delta*``) in
     percent, a missing number as ``-``; every value escaped."""
     percent = {"accuracy", "ci_low", "ci_high", "delta", "delta_low", "delta_high"}
-    head = "".join(f"<th>{html.escape(h)}</th>" for h, _ in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(k), k in percent))}</td>" for _, k in columns) + "</tr>"
-        for r in rows
-    )
+    cells = [[_fmt(r.get(k), k in percent) for _, k in columns] for r in rows]
+    return _table([h for h, _ in columns], cells, title)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
     caption = f"<caption>{html.escape(title)}</caption>" if title else ""
     return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-_SUMMARY_HTML = [
-    ("method", "method"),
-    ("n", "n"),
-    ("failed", "failed"),
-    ("acc %", "accuracy"),
-    ("95% CI low", "ci_low"),
-    ("95% CI high", "ci_high"),
-    ("Δ pts", "delta"),
-    ("p", "p_value"),
-    ("tok/item", "tokens_per_item"),
-    ("$/item", "cost_per_item"),
-    ("s/item", "seconds_per_item"),
-]
-
-
-def comparison_html(result: ComparisonResult) -> str:
-    """A comparison's cells as HTML, one table per dataset (what a notebook shows for it)."""
-    rows = cell_rows(result)
+def comparison_html(result: Comparison) -> str:
+    """A comparison's cells as HTML, one table per dataset: the printed table's columns and cells."""
     tables = []
-    for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        mine = [r for r in rows if r["dataset"] == dataset]
+    for dataset in dict.fromkeys(c.dataset for c in result.cells):
+        mine = [c for c in result.cells if c.dataset == dataset]
+        columns = shown_columns(mine)
+        rows = [table_row(c, result.spec.baseline, columns) for c in mine]
         title = f"{dataset} — baseline: {result.spec.baseline}" if result.spec.baseline else dataset
-        tables.append(html_table(mine, _SUMMARY_HTML, title))
+        tables.append(_table(table_header(columns), rows, title))
     return "".join(tables) or "<p>ComparisonResult: no cells (the run has not been reported)</p>"
-
-
-def advice_html(advice: Any) -> str:
-    """An advice's candidates as HTML (status, accuracy, tokens and dollars per item), the recommended one first."""
-    rows = [{**c.row(), "recommended": "yes" if c.label == advice.recommended else ""} for c in advice.candidates]
-    rows.sort(key=lambda r: r["recommended"] != "yes")
-    columns = [("candidate", "label"), ("method", "method"), ("status", "status"), ("recommended", "recommended")]
-    columns += [c for c in _SUMMARY_HTML if c[1] in ("n", "failed", "accuracy", "ci_low", "ci_high")]
-    columns += [("tok/item", "tokens_per_item"), ("$/item", "cost_per_item"), ("why", "reason")]
-    return html_table(rows, columns, f"advice on {advice.dataset} ({advice.split})")
-
-
-def sweep_html(result: Any) -> str:
-    """A sweep's trials as HTML: number, state, objective value(s) and options."""
-    rows = trial_rows(result.study, list(result.spec.objectives))
-    keys = list(dict.fromkeys(k for r in rows for k in r if k.startswith("options.")))
-    columns = [("trial", "trial"), ("state", "state"), *((o, o) for o in result.spec.objectives)]
-    return html_table(rows, [*columns, *((k.removeprefix("options."), k) for k in keys)], f"study {result.spec.study}")

@@ -5,11 +5,18 @@ them the same way."""
 
 from __future__ import annotations
 
+import html
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from dspy_for.experiments.core.cell import Cell
+from dspy_for.experiments.core.costs import BreakEvenRow
+from dspy_for.experiments.core.frames import comparison_frame, comparisons_frame
+from dspy_for.experiments.core.frames_html import comparison_html
+from dspy_for.experiments.core.pairs import BaselinePair
+from dspy_for.experiments.core.recheck import Recheck
 from dspy_for.experiments.core.records import MethodResult
 from dspy_for.experiments.core.spend import SpendLimit
 from dspy_for.experiments.spec.model import ExperimentSpec
@@ -17,10 +24,7 @@ from dspy_for.experiments.spec.model import ExperimentSpec
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dspy_for.experiments.core.recheck import Recheck
-    from dspy_for.experiments.core.summary import Cell
-
-__all__ = ["ComparisonResult", "Outcome", "RunOutcome"]
+__all__ = ["ComparisonResult", "ComparisonResults", "Outcome", "RunOutcome"]
 
 
 class RunOutcome(Protocol):
@@ -86,7 +90,8 @@ class Outcome:
 @dataclass
 class ComparisonResult(Outcome):
     """What ``compare`` returns (a :class:`~dspy_for.experiments.core.outcome.RunOutcome`): every method's records
-    per dataset, methods that could not run, the summary rows, the MLflow parent run and the plots."""
+    per dataset, methods that could not run, the cells the table shows, the MLflow parent run and the plots.
+    ``config``: the config file it ran from, as given (None: a spec object)."""
 
     spec: ExperimentSpec
     results: dict[str, dict[str, MethodResult]] = field(default_factory=dict)  # dataset -> label -> result
@@ -96,24 +101,25 @@ class ComparisonResult(Outcome):
     run_id: str | None = None
     run_dir: Path | None = None
     plots: list[Path] = field(default_factory=list)
-    sequential: list[dict[str, Any]] = field(default_factory=list)  # a sequential comparison's pairs (their rows)
+    sequential: list[BaselinePair] = field(default_factory=list)  # a sequential comparison's pairs
     spend: SpendLimit | None = None  # what the run spent, against its ``max_cost``
     #: each compiled method's break-even volumes against its student and the most accurate uncompiled method
-    #: (:func:`~dspy_for.experiments.reports.breakeven.breakeven_rows`)
-    breakeven: list[dict[str, Any]] = field(default_factory=list)
+    #: (:func:`~dspy_for.experiments.core.costs.breakeven_rows`)
+    breakeven: list[BreakEvenRow] = field(default_factory=list)
     #: records the config asks for that the results store does not have, by dataset and label (set by
     #: :func:`~dspy_for.experiments.load_results` for an incomplete cell; a run's own result leaves it empty)
     missing: dict[str, dict[str, int]] = field(default_factory=dict)
     #: with ``recheck = N``: each cell's first N stored items re-run with DSPy's cache off
     #: (:func:`~dspy_for.experiments.core.recheck.recheck_cells`)
     recheck: list[Recheck] = field(default_factory=list)
+    config: str | None = None
 
     def method_results(self) -> list[MethodResult]:
         return [r for by_label in self.results.values() for r in by_label.values()]
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
-        """The cells as plain data (:meth:`~dspy_for.experiments.core.summary.Cell.row`): ``summary.jsonl``."""
+    def rows(self) -> list[dict[str, object]]:
+        """The cells as plain data (:meth:`~dspy_for.experiments.core.cell.Cell.row`): ``summary.jsonl``."""
         return [c.row() for c in self.cells]
 
     @property
@@ -124,14 +130,10 @@ class ComparisonResult(Outcome):
         """The result as a pandas data frame: ``items`` (one row per item × method × epoch), ``cells`` (one row per
         method × dataset: the printed table's numbers) or ``pairs`` (each paired test); see
         :mod:`~dspy_for.experiments.core.frames` and the column reference."""
-        from dspy_for.experiments.core.frames import comparison_frame
-
         return comparison_frame(self, level)
 
     def _repr_html_(self) -> str:
         """The table in a notebook: one HTML table per dataset."""
-        from dspy_for.experiments.core.frames_html import comparison_html
-
         return comparison_html(self)
 
     @property
@@ -146,3 +148,30 @@ class ComparisonResult(Outcome):
             and not self.stopped_by_cost
             and not any(r.failed for r in self.recheck)
         )
+
+
+@dataclass
+class ComparisonResults(Outcome):
+    """Several comparisons loaded together (``load_results([config_a, config_b])``): one result whose frames line up
+    — the same columns, each of one type, the methods ordered as the tables are — and keep each record two of them
+    share once, naming every config that used it (:func:`~dspy_for.experiments.core.frames.comparisons_frame`).
+    ``parts``: each comparison, in the order given."""
+
+    parts: list[ComparisonResult]
+    spend: SpendLimit | None = None
+
+    def method_results(self) -> list[MethodResult]:
+        return [r for p in self.parts for r in p.method_results()]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.parts)
+
+    def to_pandas(self, level: str = "items") -> pd.DataFrame:
+        """The comparisons as one data frame at ``level`` (``items``, ``cells`` or ``pairs``), as
+        :meth:`ComparisonResult.to_pandas` gives each."""
+        return comparisons_frame(self.parts, level)
+
+    def _repr_html_(self) -> str:
+        """Each comparison's tables, under its config."""
+        return "".join(f"<h4>{html.escape(p.config or p.spec.experiment)}</h4>{comparison_html(p)}" for p in self.parts)

@@ -12,12 +12,11 @@ early, so theirs are the most they can take (``bound``).
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import dspy
 
@@ -25,15 +24,14 @@ from dspy_for.errors import DspyForError
 from dspy_for.experiments.core.compile_fit import compile_fit
 from dspy_for.experiments.core.estimates import CellEstimates, Estimate, sum_estimates
 from dspy_for.experiments.core.evidence import Evidence
-from dspy_for.experiments.core.plan_cells import CellPlan, compile_cell, failed_cell, items_cell, options_estimates
+from dspy_for.experiments.core.plan_cells import CellPlan, compile_cell, failed_cell, items_cell
 from dspy_for.experiments.core.records import unit_keys
 from dspy_for.experiments.methods import get_method
-from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, load_examples
+from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_examples
 
-__all__ = ["CellPlan", "CostStop", "RunPlan", "plan_advise", "plan_compare", "plan_sweep"]
+__all__ = ["CellPlan", "CostStop", "RunPlan", "examples_or_error", "plan_advise", "plan_compare", "side_by_side"]
 
 #: a sweep's search space is estimated at the corners of its ranges (every choice of a categorical), at most these
-MAX_CORNERS = 256
 
 
 @dataclass(frozen=True)
@@ -132,7 +130,7 @@ def _cost_stop(plan: RunPlan) -> CostStop:
 # ------------------------------------------------------------------------------------------------ drivers
 
 
-def _examples(d: DatasetConfig) -> tuple[list[dspy.Example] | None, str | None]:
+def examples_or_error(d: DatasetConfig) -> tuple[list[dspy.Example] | None, str | None]:
     try:
         return load_examples(d), None
     except (DspyForError, OSError) as exc:
@@ -165,7 +163,7 @@ def plan_compare(spec: ExperimentSpec, items_dir: Path | None, exclude: Sequence
     cells: list[CellPlan] = []
     notes: list[str] = []
     for d in spec.datasets:
-        examples, error = _examples(d)
+        examples, error = examples_or_error(d)
         if examples is not None and spec.sequential:  # the order sequential.seeded_order takes them in
             random.Random(spec.seed).shuffle(examples)
             examples = examples[: spec.max_items or None]
@@ -185,10 +183,10 @@ def plan_compare(spec: ExperimentSpec, items_dir: Path | None, exclude: Sequence
             )
     if spec.judge is not None:
         notes.append("the judge's calls are not estimated")
-    return RunPlan("compare", cells, spec.threads, spec.max_cost, bound=bound, notes=notes + _side_by_side(spec))
+    return RunPlan("compare", cells, spec.threads, spec.max_cost, bound=bound, notes=notes + side_by_side(spec))
 
 
-def _side_by_side(spec: Any) -> list[str]:
+def side_by_side(spec: RunSpec) -> list[str]:
     """What LM time means when items run side by side."""
     threads = spec.threads
     if threads <= 1:
@@ -223,7 +221,7 @@ def plan_advise(
     cells = _cells(ev, d, spec.methods, examples, None)
     notes = [
         "with a budget, k and N are sized from the pilot's measured cost: estimated here at each candidate's options",
-        *_side_by_side(spec),
+        *side_by_side(spec),
     ]
     by_label = {m.label: m for m in spec.methods}
     for label, student in (students or {}).items() if budget is not None or budget_usd is not None else ():
@@ -251,83 +249,3 @@ def _not_compiled(c: CellPlan, reason: str) -> CellPlan:
     zero = CellEstimates.zero(f"not compiled: {reason}")
     return replace(c, to_run=0, stored=0, calls=zero.calls, tokens=zero.tokens, usd=zero.usd, seconds=zero.seconds,
                    note=f"not compiled: {reason}")  # fmt: skip
-
-
-def plan_sweep(spec: Any) -> RunPlan:
-    """A sweep's plan (``spec``: a :class:`~dspy_for.experiments.sweeps.spec.SweepSpec`): one trial's cost over the
-    corners of its search space, for ``n_trials`` trials. A sweep keeps no records, so its estimates count calls from
-    options at default tokens (LM time only on a local model of measured speed)."""
-    d = spec.dataset
-    examples, error = _examples(d)
-    corners = list(_corners(spec))
-    ev = Evidence(spec, None)
-    first = corners[0]
-    if examples is None:
-        cells = [failed_cell(d, corners[0], "items", error or "no items")]
-        return RunPlan("sweep", cells, spec.threads, spec.max_cost, trials=spec.n_trials)
-    n = len(examples) * spec.epochs
-    label = "trial" if len(corners) > 1 else first.label
-    first = replace(first, name=", ".join(spec.methods))  # (a row's method: every method the sweep searches)
-    items = [options_estimates(ev, d, m, [], n) for m in corners]
-    cells = [_over(d, replace(first, label=label), "items", n, items, len(corners))]
-    if spec.compile is not None:
-        compiles = [compile_cell(ev, d, m, examples, []) for m in corners]
-        bad = next((c for c in compiles if c.error), None)
-        cells.insert(
-            0, bad or _over(d, replace(first, label=label), "compile", 1, [c.estimates for c in compiles], len(corners))
-        )
-    notes = [
-        f"one trial at any point of the search space ({len(corners)} corners of its ranges), {spec.n_trials} trials; "
-        "a pruned trial stops early, and the DSPy cache answers a repeated call for free",
-        *_side_by_side(spec),
-    ]
-    return RunPlan("sweep", cells, spec.threads, spec.max_cost, trials=spec.n_trials, notes=notes)
-
-
-def _over(d: DatasetConfig, m: MethodConfig, step: Any, to_run: int, es: list[CellEstimates], corners: int) -> CellPlan:
-    """One cell whose value is the mean over the search space's corners and whose range spans every corner's."""
-
-    def span(xs: list[Estimate | None]) -> Estimate | None:
-        if any(x is None for x in xs):
-            return None
-        got = [x for x in xs if x is not None]
-        source = got[0].source if len(got) == 1 else f"options × default tokens, over {corners} corners of the space"
-        return Estimate(sum(x.value for x in got) / len(got), min(x.low for x in got), max(x.high for x in got), source)
-
-    calls, tokens = span([e.calls for e in es]), span([e.tokens for e in es])
-    assert calls is not None and tokens is not None
-    return CellPlan(
-        m.label,
-        m.name,
-        d.name,
-        d.split,
-        step,
-        to_run,
-        0,
-        calls,
-        tokens,
-        span([e.usd for e in es]),
-        span([e.seconds for e in es]),
-    )
-
-
-def _corners(spec: Any) -> Iterator[MethodConfig]:
-    """The trials at the corners of the search space: each range's ends, each categorical's choices."""
-    space = spec.space
-    spaces = space.spaces if hasattr(space, "spaces") else {str(spec.method): space}  # several methods: one each
-    count = 0
-    for method, s in spaces.items():
-        values = []
-        for p in s.params:
-            ends = list(p.choices) if p.type == "categorical" else [p.low, p.high]
-            values.append([int(v) if p.type == "int" and v is not None else v for v in ends])
-        for point in itertools.product(*values):
-            if count >= MAX_CORNERS:
-                return
-            count += 1
-            searched = dict(zip([p.name for p in s.params], point, strict=True))
-            options = {**spec.fixed_for(method), **{k: v for k, v in searched.items() if not k.startswith("compile.")}}
-            table = None
-            if spec.compile is not None:
-                table = {**spec.compile, **{k[8:]: v for k, v in searched.items() if k.startswith("compile.")}}
-            yield MethodConfig(name=method, label=method, options=options, compile=table)

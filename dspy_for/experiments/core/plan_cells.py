@@ -86,7 +86,13 @@ class CellPlan:
 
 
 def _cell(
-    d: DatasetConfig, m: MethodConfig, step: Any, to_run: int, stored: int, e: CellEstimates, **kw: Any
+    d: DatasetConfig,
+    m: MethodConfig,
+    step: Literal["items", "compile"],
+    to_run: int,
+    stored: int,
+    e: CellEstimates,
+    **kw: Any,
 ) -> CellPlan:
     return CellPlan(m.label, m.name, d.name, d.split, step, to_run, stored, e.calls, e.tokens, e.usd, e.seconds, **kw)
 

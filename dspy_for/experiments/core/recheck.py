@@ -22,11 +22,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dspy_for.datasets import content_key
+from dspy_for.experiments.core.cell import Cell
 from dspy_for.experiments.core.prepare import PreparedRun, prepare_run
-from dspy_for.experiments.core.records import ItemResult, record_key
+from dspy_for.experiments.core.records import ItemResult, MethodResult, record_key
 from dspy_for.experiments.core.run import Evaluation, Feed
 from dspy_for.experiments.core.store import ResultStore
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, load_examples
@@ -36,8 +37,6 @@ from dspy_for.stats import FlipRate, flip_rate, noise_band
 
 if TYPE_CHECKING:
     import dspy
-
-    from dspy_for.experiments.core.outcome import ComparisonResult
 
 __all__ = ["Recheck", "RecheckedAnswer", "recheck_cells"]
 
@@ -125,8 +124,18 @@ class Recheck:
         return flip_rate(self.to_right + self.to_wrong, self.n) if self.n else None
 
 
+class Ran(Protocol):
+    """What a recheck reads of the comparison it follows (a
+    :class:`~dspy_for.experiments.core.outcome.ComparisonResult`): its cells, records and the methods that could not
+    run."""
+
+    cells: list[Cell]
+    results: dict[str, dict[str, MethodResult]]
+    errors: dict[str, dict[str, str]]
+
+
 def recheck_cells(
-    spec: ExperimentSpec, result: ComparisonResult, items_dir: Path, feed: Callable[[list[Feed]], object]
+    spec: ExperimentSpec, result: Ran, items_dir: Path, feed: Callable[[list[Feed]], object]
 ) -> list[Recheck]:
     """Re-run the first ``spec.recheck`` stored items of every cell of ``result`` with DSPy's cache off (see the
     module docstring) through ``feed`` (the run's one loop:
@@ -171,7 +180,7 @@ def recheck_cells(
     return _with_bands(done)
 
 
-def _stored(result: ComparisonResult, d: DatasetConfig, m: MethodConfig) -> dict[str, ItemResult] | None:
+def _stored(result: Ran, d: DatasetConfig, m: MethodConfig) -> dict[str, ItemResult] | None:
     """The cell's stored records (scored or unparsed; failed ones are not kept) by record key; None: it did not
     run."""
     found = result.results.get(d.name, {}).get(m.label)

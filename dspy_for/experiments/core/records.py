@@ -20,19 +20,18 @@ import math
 import types
 import typing
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from dspy_for.datasets import content_key
+from dspy_for.experiments.core.compile_step import CompileCost
 from dspy_for.experiments.spec.settings import value_kind
-from dspy_for.lm.usage import Usage
+from dspy_for.lm.pricing import Price
+from dspy_for.lm.usage import RoleUsage, Usage
 from dspy_for.secrets import needs_redaction, redact, redact_obj
 from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epochs, spread
-
-if TYPE_CHECKING:
-    from dspy_for.experiments.core.compile_step import CompileCost
-    from dspy_for.lm.pricing import Price
 
 __all__ = ["ItemResult", "MethodResult", "example_key", "record_key", "unit_keys"]
 
@@ -163,7 +162,7 @@ class MethodResult:
     epochs by ``reducer`` (:func:`~dspy_for.stats.reduce_epochs`; one epoch: its score); tokens/item is per scored
     record (one answer). Failed records are errors, left out of both. ``compile``: what the method's compile step
     cost (None: it has none); ``lms`` each role's LM (its model name) and ``prices`` each role's declared ``price``
-    where it has one (what prices stored records kept without a cost: :meth:`declared_cost_per_item`)."""
+    where it has one (what prices stored records kept without a cost: :meth:`record_costs`)."""
 
     label: str
     items: list[ItemResult]
@@ -177,6 +176,10 @@ class MethodResult:
     #: records it ran again because another stack served them (``rerun_changed``): see core/serving.py
     serving_now: list[str] | None = None
     reran: int = 0
+    #: each record's MLflow trace in the run this result comes from, by record key (none: not traced, or unknown)
+    trace_ids: dict[str, str] = field(default_factory=dict)
+    #: the results file its records are kept in (None: the run keeps none)
+    store: Path | None = None
 
     @property
     def n(self) -> int:
@@ -300,20 +303,35 @@ class MethodResult:
 
     def declared_cost_per_item(self) -> float | None:
         """USD per scored item from the tokens at each role's declared ``price`` (cache hits at their original
-        size), for records kept without a cost (stored before costs were recorded); None unless every role that
-        made a call has a declared price, or when nothing was scored."""
-        if not self.scored:
-            return None
-        roles = {name: r for name, r in self.usage.roles.items() if r.calls}
-        if not roles or any(name not in self.prices for name in roles):
-            return None
-        usd = sum(
-            self.prices[name].cost(
-                r.prompt_tokens + r.cached_prompt_tokens, r.completion_tokens + r.cached_completion_tokens
-            )
-            for name, r in roles.items()
-        )
-        return usd / self.n_answers
+        size), for records kept without a cost (stored before costs were recorded); None unless
+        :meth:`priced_by_declaration`."""
+        scored = [c[None] or 0.0 for c, i in zip(self.record_costs(), self.items, strict=True) if not i.failed]
+        return sum(scored) / max(1, self.n_answers) if self.priced_by_declaration() else None
+
+    def priced_by_declaration(self) -> bool:
+        """Whether this result's dollars come from each role's declared ``price`` at the records' tokens: some
+        scored record was kept without a cost, and every role that made a call has a declared price."""
+        if not self.scored or self.usage.total.served_cost_usd is not None:
+            return False
+        roles = [name for name, r in self.usage.roles.items() if r.calls]
+        return bool(roles) and all(name in self.prices for name in roles)
+
+    def record_costs(self) -> list[dict[str | None, float | None]]:
+        """What each record cost, in USD, priced as this result's cells are (one rule for a cell and its items):
+        ``{None: the record's total, role: that role's}``, each the cost its calls recorded (cache hits at their
+        original price) or, when the result is :meth:`priced_by_declaration`, its tokens at the roles' declared
+        prices; None where that is not known."""
+        declared = self.priced_by_declaration()
+        out = []
+        for item in self.items:
+            usage = Usage.from_dict(item.usage)
+            row: dict[str | None, float | None] = {
+                None: _declared_cost(usage.roles, self.prices) if declared else usage.total.served_cost_usd
+            }
+            for name, r in usage.roles.items():
+                row[name] = _declared_cost({name: r}, self.prices) if declared else r.served_cost_usd
+            out.append(row)
+        return out
 
     @property
     def stats_mean(self) -> dict[str, float]:
@@ -367,6 +385,18 @@ def _all_from_cache(item: ItemResult) -> bool:
     """Whether DSPy's cache served every LM call of ``item`` (it made none of its own)."""
     total = item.usage.get("total", {})
     return bool(total.get("cached_calls")) and total.get("cached_calls") == total.get("calls")
+
+
+def _declared_cost(roles: Mapping[str, RoleUsage], prices: Mapping[str, Price]) -> float | None:
+    """USD of ``roles``' calls at their declared ``prices`` (cache hits at their original size); None when a role
+    that made a call has none."""
+    called = {name: r for name, r in roles.items() if r.calls}
+    if any(name not in prices for name in called):
+        return None
+    return sum(
+        prices[name].cost(r.prompt_tokens + r.cached_prompt_tokens, r.completion_tokens + r.cached_completion_tokens)
+        for name, r in called.items()
+    )
 
 
 def _merged(usages: Iterable[dict[str, dict[str, float]]]) -> Usage:

@@ -34,7 +34,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.compat.dspy import warm_completion_path
 from dspy_for.experiments.core.judging import judge_item
-from dspy_for.experiments.core.prepare import PreparedRun
+from dspy_for.experiments.core.prepare import Metric, PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult, example_key, record_key
 from dspy_for.experiments.core.serving import Serving
 from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, critical, interruptible
@@ -362,7 +362,7 @@ def _unit_key(unit: _Unit) -> str:
 _SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}
 
 
-def _record(example: dspy.Example, pred: dspy.Prediction, outcome: _Outcome, metric: Any) -> ItemResult:
+def _record(example: dspy.Example, pred: dspy.Prediction, outcome: _Outcome, metric: Metric) -> ItemResult:
     error, error_class, score = outcome.error, outcome.error_class, 0.0
     if error is None and not outcome.unparsed:
         try:

@@ -16,15 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dspy_for.errors import ConfigError
+from dspy_for.experiments.core.prepare import PreparedRun
+from dspy_for.experiments.core.records import MethodResult
+from dspy_for.experiments.spec.model import ExperimentSpec
 from dspy_for.lm.serving import served_set, stack_identity
 from dspy_for.lm.usage import CallRecord
-
-if TYPE_CHECKING:
-    from dspy_for.experiments.core.run import Evaluation
-    from dspy_for.experiments.spec.model import ExperimentSpec
 
 __all__ = ["Serving", "changed", "changed_records", "check_stored", "serving_now", "settle"]
 
@@ -66,7 +65,20 @@ def changed(served_by: Iterable[str], now: Iterable[str] | None) -> bool:
     return now is not None and bool(served) and not served <= set(now)
 
 
-def settle(evaluations: Sequence[Evaluation]) -> None:
+class Served(Protocol):
+    """What :func:`settle` and :func:`changed_records` read of an evaluation
+    (:class:`~dspy_for.experiments.core.run.Evaluation`): what served it, its run's LMs and its records."""
+
+    serving: Serving
+
+    @property
+    def run(self) -> PreparedRun: ...
+
+    @property
+    def result(self) -> MethodResult: ...
+
+
+def settle(evaluations: Sequence[Served]) -> None:
     """After evaluations ran side by side: each one's stack now (:func:`serving_now`, from what any of them saw: LMs
     shared by several report once)."""
     seen: dict[str, str] = {}
@@ -78,7 +90,7 @@ def settle(evaluations: Sequence[Evaluation]) -> None:
         ev.serving.now = serving_now(lms.values(), seen)
 
 
-def changed_records(ev: Evaluation) -> list[str]:
+def changed_records(ev: Served) -> list[str]:
     """The keys of ``ev``'s records served by a stack other than the one it talks to now (none while that is not
     known): what ``rerun_changed`` runs again."""
     now = ev.serving.now

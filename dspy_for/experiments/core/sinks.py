@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Literal, Protocol
 
 from tqdm.auto import tqdm
@@ -130,7 +131,7 @@ def _interrupt(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt()
 
 
-def _on_signal(signum: int, frame: Any) -> None:
+def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _critical["depth"] > 0:  # never mid-write: a write torn by an exception can leave SQLite locked
         _critical["pending"] = signum
         return

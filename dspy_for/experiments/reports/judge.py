@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dspy_for.experiments.core.summary import JUDGE_SCORES
+from dspy_for.experiments.core.judge_summary import JUDGE_SCORES, JudgeSummary
+from dspy_for.experiments.core.summary import Summary
 from dspy_for.stats import format_p_value
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core.outcome import ComparisonResult
-    from dspy_for.experiments.core.summary import Summary
 
 __all__ = [
     "JUDGE_HEADER",
@@ -25,14 +25,14 @@ JUDGE_HEADER = ["method", "judged acc %", "reasoning", "coherence", "holistic"]
 
 
 def judge_table_row(s: Summary) -> list[str]:
-    j = s.judge
+    scores = s.judge.scores if s.judge is not None else {}
 
     def cell(score: str, pct: bool) -> str:
-        if score not in j:
+        if score not in scores:
             return "-"
-        e, k = j[score], 100 if pct else 1
+        e, k = scores[score], 100 if pct else 1
         fmt = "{:.1f}" if pct else "{:.2f}"
-        return f"{fmt.format(k * e['mean'])} [{fmt.format(k * e['low'])}–{fmt.format(k * e['high'])}]"
+        return f"{fmt.format(k * e.mean)} [{fmt.format(k * e.low)}–{fmt.format(k * e.high)}]"
 
     return [s.method, cell("judged_accuracy", True), *(cell(score, False) for score in JUDGE_SCORES[1:])]
 
@@ -42,25 +42,21 @@ def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
     trusted (its agreement with the dataset's metric, and how often it failed)."""
     lines = []
     spec_judge = result.spec.judge
-    for summary in judged_rows(result, dataset):
-        j = summary.judge
+    for summary, j in _judged(result, dataset):
         deltas = [
-            f"{s.split('.')[-1]} {(100 if s == 'judged_accuracy' else 1) * j[s]['delta']:+.2f} "
-            f"({format_p_value(j[s]['p_value'])})"
-            for s in JUDGE_SCORES
-            if s in j and "delta" in j[s]
+            f"{name.split('.')[-1]} {(100 if name == 'judged_accuracy' else 1) * e.delta:+.2f} "
+            f"({format_p_value(e.p_value)})"
+            for name in JUDGE_SCORES
+            if (e := j.scores.get(name)) is not None and e.delta is not None and e.p_value is not None
         ]
-        line = f"{summary.method}: judged {j['n']}"
-        if "kappa" in j:
-            line += (
-                f"; judge vs metric: agreement {100 * j['agreement']:.0f}%, Cohen's κ {j['kappa']:.2f} "
-                f"(n={j['kappa_n']})"
-            )
-        if j["fallbacks"]:
-            line += f"; judge failed on {j['fallbacks']} (the metric decided)"
-        if j["errors"]:
-            line += f"; judge's LM failed on {j['errors']}: not graded, graded on the next run"
-        line += f"; judge tokens/item {j['tokens_per_item']:,.0f}"
+        line = f"{summary.method}: judged {j.n}"
+        if j.kappa is not None and j.agreement is not None:
+            line += f"; judge vs metric: agreement {100 * j.agreement:.0f}%, Cohen's κ {j.kappa:.2f} (n={j.kappa_n})"
+        if j.fallbacks:
+            line += f"; judge failed on {j.fallbacks} (the metric decided)"
+        if j.errors:
+            line += f"; judge's LM failed on {j.errors}: not graded, graded on the next run"
+        line += f"; judge tokens/item {j.tokens_per_item:,.0f}"
         if deltas:
             line += f"; Δ vs {result.spec.baseline}: " + ", ".join(deltas)
         lines.append(line)
@@ -76,7 +72,12 @@ def judge_lines(result: ComparisonResult, dataset: str) -> list[str]:
 
 def judged_rows(result: ComparisonResult, dataset: str) -> list[Summary]:
     """The summaries of the methods on ``dataset`` the judge graded."""
-    return [c.summary for c in result.cells if c.dataset == dataset and c.summary is not None and c.summary.judge]
+    return [s for s, _ in _judged(result, dataset)]
+
+
+def _judged(result: ComparisonResult, dataset: str) -> list[tuple[Summary, JudgeSummary]]:
+    cells = [c for c in result.cells if c.dataset == dataset and c.summary is not None]
+    return [(c.summary, c.summary.judge) for c in cells if c.summary is not None and c.summary.judge is not None]
 
 
 def judge_figure(dataset: str, rows: list[Summary]) -> Any:
@@ -91,12 +92,12 @@ def judge_figure(dataset: str, rows: list[Summary]) -> Any:
         ys: list[float] = []
         err: list[list[float]] = [[], []]
         for i, row in enumerate(rows):
-            e = row.judge.get(score)
-            if e:
+            e = row.judge.scores.get(score) if row.judge is not None else None
+            if e is not None:
                 xs.append(i + (k - 1.5) * width)
-                ys.append(e["mean"])
-                err[0].append(max(0.0, e["mean"] - e["low"]))
-                err[1].append(max(0.0, e["high"] - e["mean"]))
+                ys.append(e.mean)
+                err[0].append(max(0.0, e.mean - e.low))
+                err[1].append(max(0.0, e.high - e.mean))
         ax.bar(xs, ys, width, yerr=err, capsize=3, label=score.replace("quality.", ""))
     ax.set_xticks(range(len(rows)), [r.method for r in rows], fontsize=8)
     ax.set_ylim(0, 1.05)

@@ -3,13 +3,13 @@ pure functions of a :class:`~dspy_for.experiments.sweeps.sweep.SweepResult`'s st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from rich.markup import escape
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from dspy_for.experiments.sweeps.final_test import FinalTest
+from dspy_for.experiments.core.summary import Summary
 
 __all__ = ["final_test_line", "trials_table"]
 
@@ -33,7 +33,20 @@ def trials_table(study: Any, title: str) -> Table:
     return t
 
 
-def final_test_line(ft: FinalTest) -> str:
+class FinalTestLike(Protocol):
+    """What the final test's line reads (a :class:`~dspy_for.experiments.sweeps.final_test.FinalTest`)."""
+
+    @property
+    def summary(self) -> Summary: ...
+
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+
+    @property
+    def not_started(self) -> int: ...
+
+
+def final_test_line(ft: FinalTestLike) -> str:
     """The final test's counts and, when anything was scored, its accuracy with CI and cost."""
     s = ft.summary
     scored = "nothing scored"

@@ -5,23 +5,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from dspy_for.experiments.core.spend import money
-from dspy_for.experiments.core.summary import Cell, Summary, summarize
+from dspy_for.experiments.core.cell import Cell
+from dspy_for.experiments.core.shown import COLUMNS, FORMATS, Column, shown_columns, table_header, table_row
+from dspy_for.experiments.core.summarize import summarize
+from dspy_for.experiments.core.summary import MEASURES, Summary
 from dspy_for.experiments.reports.breakeven import breakeven_figures
-from dspy_for.experiments.reports.compiled import (
-    breakeven_text,
-    compile_cell,
-    compile_legend,
-    compile_lines,
-    price_note,
-)
+from dspy_for.experiments.reports.compiled import breakeven_text, compile_lines, price_note
 from dspy_for.experiments.reports.diagnostics import diagnostics_text, method_diagnostics, round_accuracy
 from dspy_for.experiments.reports.judge import (
     JUDGE_HEADER,
@@ -30,15 +25,17 @@ from dspy_for.experiments.reports.judge import (
     judge_table_row,
     judged_rows,
 )
-from dspy_for.experiments.reports.serving import mixed_mark, serving_legend, serving_lines
+from dspy_for.experiments.reports.serving import serving_lines
+from dspy_for.experiments.spec.measures import Shown
 from dspy_for.metrics import metric_for
-from dspy_for.stats import format_p_value, mean_with_ci, smallest_resolvable_difference
+from dspy_for.stats import mean_with_ci, smallest_resolvable_difference
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core.outcome import ComparisonResult
 
 __all__ = [
     "COLUMNS",
+    "FORMATS",
     "Column",
     "detail_lines",
     "error_lines",
@@ -75,120 +72,54 @@ def summary_cells(result: ComparisonResult) -> list[Cell]:
     return cells
 
 
-@dataclass(frozen=True)
-class Column:
-    """One per-method column of the comparison table, after method, n and accuracy: its header, its cell for a
-    measured method (``cell(summary, baseline)``) and whether the table shows it (``shown(summaries)``)."""
-
-    header: str
-    cell: Callable[[Summary, str | None], str]
-    shown: Callable[[list[Summary]], bool] = lambda summaries: True
-
-
-def _priced(summaries: list[Summary]) -> bool:
-    """Dollars are shown when any method's LM calls cost something (a run on local models, all $0, shows none)."""
-    return any((s.cost_per_item or 0) > 0 for s in summaries)
-
-
-def _delta(s: Summary, baseline: str | None) -> str:
-    if s.method == baseline:
-        return "(baseline)"
-    if s.delta is None or s.p_value is None:
-        return "-"
-    return f"{100 * s.delta:+.1f} ({format_p_value(s.p_value)})"
-
-
-def _seconds(s: Summary, baseline: str | None) -> str:
-    value = s.seconds_per_item
-    if value is None:
-        return "-"
-    text = f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
-    return ("≥" if s.seconds_lower_bound else "") + text + ("*" if s.reused_time else "")
-
-
-#: the per-method columns, in order (add one to show a new per-method number)
-COLUMNS: list[Column] = [
-    Column("Δ pts", _delta),
-    Column("tok/item", lambda s, _: f"{s.tokens_per_item or 0:,.0f}"),
-    Column("$/item", lambda s, _: money(s.cost_per_item), shown=_priced),
-    Column("s/item", _seconds),
-    Column("compile", lambda s, _: compile_cell(s.compile), shown=lambda ss: any(s.compile for s in ss)),
-]
-_LEAD = ["method", "n", "acc % [95% CI]"]
-
-
-def _summaries(cells: list[Cell]) -> list[Summary]:
-    """The summaries of the cells that ran (not those that could not run)."""
-    return [c.summary for c in cells if c.summary is not None]
-
-
-def _columns(cells: list[Cell]) -> list[Column]:
-    return [c for c in COLUMNS if c.shown(_summaries(cells))]
-
-
-def _header(cells: list[Cell]) -> list[str]:
-    return [*_LEAD, *(c.header for c in _columns(cells))]
-
-
-def _fmt_row(cell: Cell, baseline: str | None, columns: list[Column]) -> list[str]:
-    blank = [""] * len(columns)
-    s = cell.summary
-    if s is None:
-        return [cell.label, "-", "FAILED (could not run)", *blank]
-    n = str(s.n) + (f"×{s.epochs}" if s.epochs > 1 else "")
-    n += f" +{s.failed}✗" if s.failed else ""
-    if s.accuracy is None or s.ci_low is None or s.ci_high is None:  # nothing scored: every item failed, or none ran
-        return [s.method, n, "FAILED (every item)" if s.failed else "not run", *blank]
-    acc = f"{100 * s.accuracy:.1f} [{100 * s.ci_low:.1f}–{100 * s.ci_high:.1f}]" + mixed_mark(s)
-    return [s.method, n, acc, *(c.cell(s, baseline) for c in columns)]
+# ------------------------------------------------------------------------------------------- the legend
 
 
 def legend(result: ComparisonResult) -> str:
-    """What the columns mean, printed under each table."""
-    summaries = _summaries(result.cells)
-    text = (
-        f"n: scored items; acc: % with Wilson 95% CI; Δ: points vs {result.spec.baseline} on the items both "
-        f"scored ({_tests(summaries)}); tok/item: prompt+completion tokens per scored item, cache hits at their "
-        "original cost"
-    )
+    """What the columns mean, printed under each table: each shown column's declared legend line, each other
+    measure's when some cell has it, and the notes of the tests and prices behind them."""
+    summaries = [c.summary for c in result.cells if c.summary is not None]
+    shown = {c.measure.name for c in shown_columns(result.cells)}
+    reducers = "/".join(sorted({s.reducer for s in summaries if s.epochs > 1}))
+    parts = []
+    for m in MEASURES:
+        if not m.legend:
+            continue
+        if m.name not in shown if m.legend_when == "column" else not any(getattr(s, m.name) for s in summaries):
+            continue
+        parts.append(
+            m.legend.format(baseline=result.spec.baseline, reducers=reducers)
+            + _NOTES.get(m.shown, _none)(summaries, result.spec.baseline)
+        )
+    return "; ".join(parts) + "."
+
+
+def _none(summaries: list[Summary], baseline: str | None) -> str:
+    return ""
+
+
+def _tests_note(summaries: list[Summary], baseline: str | None) -> str:
+    """The paired tests behind the Δ column's p-values, and the smallest Δ the smallest n can resolve."""
+    text = f" ({_tests(summaries)})"
     sizes = sorted({s.n for s in summaries if s.n})
     binary = all(s.paired_test in (None, "mcnemar_exact") for s in summaries)  # the floor is McNemar's
-    if result.spec.baseline and sizes and binary:
+    if baseline and sizes and binary:
         floor = smallest_resolvable_difference(sizes[0])
         text += (
             f"; with n={sizes[0]} no Δ under {100 * floor:.0f} points can reach p<0.05"
             if floor is not None
             else f"; n={sizes[0]} is too few for any Δ to reach p<0.05"
         )
-    if _priced(summaries):
-        text += (
-            "; $/item: USD per scored item at litellm's prices (or the LM's `price`), cache hits at their original "
-            "cost; '-': an LM without a price"
-        )
-        note = price_note(summaries)
-        text += f"; {note}" if note else ""
-    if any(s.reasoning_tokens_per_item for s in summaries):
-        text += "; tok/item includes reasoning tokens (see reasoning/item below)"
-    repeated = [s for s in summaries if s.epochs > 1]
-    if repeated:
-        reducers = sorted({s.reducer for s in repeated})
-        text += (
-            f"; n×k: items × epochs, each item's value the {'/'.join(reducers)} of its epochs (reducer); the CI (for "
-            "means: Student's t over items) and Δ are over items as clusters; tok/item per answer"
-        )
-    if any(s.failed for s in summaries):
-        text += "; +N✗: answers that failed (LM errors), left out of accuracy and tokens"
-    text += (
-        "; s/item: seconds of the method's own call per scored answer, as it ran (items run side by side overlap, "
-        "so these do not add up to the run's time; answers every one of whose LM calls DSPy's cache served are left "
-        "out, '-' when every answer was)"
-    )
-    if any(s.seconds_lower_bound for s in summaries):
-        text += "; ≥: some LM calls of the timed answers were served by DSPy's cache, so a cold run takes longer"
-    if any(s.reused_time for s in summaries):
-        text += "; s/item*: includes results reused from an earlier run, at the time they took then"
-    return text + compile_legend(summaries) + serving_legend(summaries) + "."
+    return text
 
+
+def _price_note(summaries: list[Summary], baseline: str | None) -> str:
+    note = price_note(summaries)
+    return f"; {note}" if note else ""
+
+
+#: what a legend line says beside its declared words, by how its value is shown
+_NOTES: dict[Shown, Callable[[list[Summary], str | None], str]] = {"paired": _tests_note, "usd": _price_note}
 
 _TEST_NAMES = {"mcnemar_exact": "exact McNemar p", "paired_bootstrap": "paired bootstrap p over per-item values"}
 
@@ -215,11 +146,11 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
         line += f"; calls/item {s.calls_per_item or 0:.1f}"
         if s.reasoning_tokens_per_item:
             line += f"; reasoning/item {s.reasoning_tokens_per_item:,.0f}"
-        if s.spread:
+        if s.spread is not None:
             sp = s.spread
             line += (
-                f"; epochs disagree on {100 * sp['disagreeing']:.0f}% of items (sd {sp['epoch_sd']:.2f} between "
-                f"epochs), sampling alone moves its accuracy ±{100 * 1.96 * sp['sampling_se']:.1f} pts"
+                f"; epochs disagree on {100 * sp.disagreeing:.0f}% of items (sd {sp.epoch_sd:.2f} between "
+                f"epochs), sampling alone moves its accuracy ±{100 * 1.96 * sp.sampling_se:.1f} pts"
             )
         if s.unparsed:
             line += f"; unparsed {s.unparsed} (scored wrong)"
@@ -233,7 +164,7 @@ def detail_lines(result: ComparisonResult, dataset: str) -> list[str]:
 
 def sequential_lines(result: ComparisonResult, dataset: str) -> list[str]:
     """A sequential comparison's pairs on ``dataset``: each resolved (at which n, which way) or not (its interval)."""
-    lines = [row["text"] for row in result.sequential if row["dataset"] == dataset]
+    lines = [pair.text() for pair in result.sequential if pair.dataset == dataset]
     if lines:
         alpha, pairs = result.spec.alpha, len(lines)
         lines.insert(0, f"sequential: anytime-valid paired tests at α={alpha} over {pairs} pair(s) (α/{pairs} each)")
@@ -261,8 +192,9 @@ def table_text(result: ComparisonResult) -> str:
     out = []
     for dataset in result.results:
         mine = [c for c in result.cells if c.dataset == dataset]
-        header, columns = _header(mine), _columns(mine)
-        rows = [_fmt_row(c, result.spec.baseline, columns) for c in mine]
+        columns = shown_columns(mine)
+        header = table_header(columns)
+        rows = [table_row(c, result.spec.baseline, columns) for c in mine]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
         out.append(f"== {split_title(result, dataset)} ==")
         out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
@@ -309,10 +241,11 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
             pad_edge=False,
         )
         mine = [c for c in result.cells if c.dataset == dataset]
-        for h in _header(mine):
+        columns = shown_columns(mine)
+        for h in table_header(columns):
             t.add_column(h, justify="left" if h == "method" else "right", no_wrap=True)
         for c in mine:
-            t.add_row(*_fmt_row(c, result.spec.baseline, _columns(mine)))
+            t.add_row(*table_row(c, result.spec.baseline, columns))
         # plain text, never rich markup: a diagnostics line's "[round 1, ...]" would read as a markup tag and vanish
         t.caption = Text("\n".join([legend(result), *_below(result, dataset)]))
         t.caption_justify = "left"
@@ -384,5 +317,5 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
             ax2.set_title(f"{label}: accuracy by round on {dataset}")
             ax2.legend(fontsize=8)
             figs[f"rounds_{label}_{dataset}.png"] = fig2
-    figs.update(breakeven_figures(result.rows, result.breakeven))
+    figs.update(breakeven_figures(result.cells, result.breakeven))
     return figs

@@ -1,39 +1,122 @@
 """Checks of a run specification that need more than its own fields: prices (``max_cost``), whether repeated
-items can differ (``epochs``) and each compile table against each dataset's splits. All run before any LM call."""
+items can differ (``epochs``) and each compile table against each dataset's splits, all before any LM call; and the
+items a run keeps in flight (:func:`run_threads`), which its LMs decide. A spec is read through what they need of it
+(:class:`Spec` and its kin), so this module imports none of the spec's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias
+
+import dspy
 
 from dspy_for.datasets import dataset_info
 from dspy_for.errors import ConfigError
-from dspy_for.experiments.methods import get_method
+from dspy_for.experiments.methods import CompileSpec, get_method
+from dspy_for.experiments.spec.data import DatasetConfig
+from dspy_for.lm.options import local_slots
 from dspy_for.lm.pricing import is_priced
 
-if TYPE_CHECKING:
-    from dspy_for.experiments.spec.data import DatasetConfig
-    from dspy_for.experiments.spec.model import ExperimentSpec, MethodConfig, RunSpec
+__all__ = [
+    "COMPILE_ROLE",
+    "LMLike",
+    "Method",
+    "Repeated",
+    "Spec",
+    "Threaded",
+    "check_compiles",
+    "check_epochs_sample",
+    "check_priced",
+    "compile_lms",
+    "compile_roles",
+    "run_threads",
+]
 
-__all__ = ["COMPILE_ROLE", "check_compiles", "check_epochs_sample", "check_priced", "compile_lms", "compile_roles"]
+#: an LM as a run names it: a model string (``openai/gpt-4.1-mini``, ``local/<name>``) or any ``dspy.BaseLM``
+LMLike: TypeAlias = str | dspy.BaseLM
+
+
+class Method(Protocol):
+    """What these checks read of a method of a run (a :class:`~dspy_for.experiments.spec.model.MethodConfig`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+
+    @property
+    def role_lms(self) -> Mapping[str, LMLike]: ...
+
+    @property
+    def compile(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def compile_step(self) -> CompileSpec | None: ...
+
+
+class Spec(Protocol):
+    """What these checks read of a run's spec (a :class:`~dspy_for.experiments.spec.model.RunSpec`): its LMs."""
+
+    @property
+    def role_lms(self) -> Mapping[str, LMLike]: ...
+
+    def lm_for(self, role: str, method_role_lms: Mapping[str, LMLike] | None = None) -> LMLike: ...
+
+    def lm_options_for(self, role: str) -> dict[str, Any]: ...
+
+    def lm_build_options(self, lm: str, role: str | None, temperature: float | None = None) -> dict[str, Any]: ...
+
+    def _method_lms(self, role: str) -> list[LMLike]: ...
+
+
+class Judged(Protocol):
+    @property
+    def lm(self) -> LMLike: ...
+
+
+class Threaded(Spec, Protocol):
+    """A spec as :func:`run_threads` reads it: the threads asked for, every role, the judge."""
+
+    @property
+    def num_threads(self) -> int | None: ...
+
+    @property
+    def judge(self) -> Judged | None: ...
+
+    def method_roles(self) -> set[str]: ...
+
+
+class Repeated(Spec, Protocol):
+    """A comparison's spec as :func:`check_epochs_sample` reads it: its repeats and its methods too."""
+
+    @property
+    def epochs(self) -> int: ...
+
+    @property
+    def methods(self) -> Sequence[Method]: ...
+
 
 #: the role a compile step builds its LM for (``optimizer_lm``, default the run's LM; its LM options are this
 #: role's): ``max_cost`` needs it priced like every other role
 COMPILE_ROLE = "optimizer"
 
 
-def compile_roles(methods: Sequence[MethodConfig]) -> set[str]:
+def compile_roles(methods: Sequence[Method]) -> set[str]:
     """:data:`COMPILE_ROLE` when a method compiles (the compile's LM is built for it; its options are that role's)."""
     return {COMPILE_ROLE} if any(m.compile for m in methods) else set()
 
 
-def compile_lms(methods: Sequence[MethodConfig], role: str = COMPILE_ROLE) -> list[Any]:
+def compile_lms(methods: Sequence[Method], role: str = COMPILE_ROLE) -> list[Any]:
     """The LMs the methods' compile tables name for ``role`` (``optimizer_lm``, built for :data:`COMPILE_ROLE`)."""
     named = [m.compile_step.optimizer_lm for m in methods if m.compile_step] if role == COMPILE_ROLE else []
     return [lm for lm in named if lm is not None]
 
 
-def check_compiles(spec: RunSpec, methods: Sequence[MethodConfig], datasets: Sequence[DatasetConfig]) -> None:
+def check_compiles(spec: Spec, methods: Sequence[Method], datasets: Sequence[DatasetConfig]) -> None:
     """Each method's compile table against each dataset's splits (``trainset`` and ``valset`` must name one); and a
     ``role_lms`` entry for :data:`COMPILE_ROLE` that no method's own role takes is refused: a compile's LM is its
     table's ``optimizer_lm``."""
@@ -50,7 +133,7 @@ def check_compiles(spec: RunSpec, methods: Sequence[MethodConfig], datasets: Seq
         )
 
 
-def check_priced(spec: RunSpec, roles: Iterable[str]) -> None:
+def check_priced(spec: Spec, roles: Iterable[str]) -> None:
     """``max_cost`` counts dollars: every LM of the run must have a price (litellm's map, ``price``, local)."""
     for r in sorted(roles):
         for lm in {spec.lm_for(r), *spec._method_lms(r)}:
@@ -62,7 +145,7 @@ def check_priced(spec: RunSpec, roles: Iterable[str]) -> None:
                 )
 
 
-def check_epochs_sample(spec: ExperimentSpec) -> None:
+def check_epochs_sample(spec: Repeated) -> None:
     """Repeats must be able to differ: with ``epochs > 1`` every method must sample somewhere (an LM at a
     temperature above 0, or a temperature of its own, as self-consistency has)."""
     if spec.epochs == 1:
@@ -85,3 +168,14 @@ def check_epochs_sample(spec: ExperimentSpec) -> None:
                 "repeats replay the first from the DSPy cache, or differ only by chance. Set a sampling temperature "
                 "(`--lm-option temperature=0.7`, or `temperature` in the method's options) or drop `epochs`."
             )
+
+
+def run_threads(spec: Threaded) -> int:
+    """Items ``spec`` runs at once: its ``num_threads``; by default the slots of the local server its LMs use (the most,
+    when several: :func:`~dspy_for.lm.options.local_slots`), else 1."""
+    if spec.num_threads is not None:
+        return spec.num_threads
+    roles = spec.method_roles() | ({"judge"} if spec.judge is not None else set())
+    pairs = [(lm, spec.lm_options_for(r)) for r in roles for lm in {spec.lm_for(r), *spec._method_lms(r)}]
+    pairs += [(spec.judge.lm, spec.lm_options_for("judge"))] if spec.judge is not None else []
+    return max((s for lm, options in pairs if (s := local_slots(lm, options)) is not None), default=1)

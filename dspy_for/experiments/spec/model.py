@@ -14,22 +14,24 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeAlias, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import dspy
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import CompileSpec, check_compile, get_method
 from dspy_for.experiments.spec.checks import (
+    LMLike,
     check_compiles,
     check_epochs_sample,
     check_priced,
     compile_lms,
     compile_roles,
+    run_threads,
 )
 from dspy_for.experiments.spec.data import DatasetConfig, load_examples, positive_int
 from dspy_for.experiments.spec.identity import prompts_fingerprint, stable_hash
-from dspy_for.experiments.spec.settings import SETTINGS, run_threads
+from dspy_for.experiments.spec.settings import SETTINGS
 from dspy_for.jsonwalk import leaves, walk
 from dspy_for.judges import RUBRICS
 from dspy_for.lm import check_lm_options, check_lm_spec, describe_lm, is_reasoning_model, lm_defaults
@@ -39,8 +41,6 @@ __all__ = ["DatasetConfig", "ExperimentSpec", "JudgeConfig", "MethodConfig", "Pr
 __all__ += ["load_examples", "prompts_fingerprint"]
 
 DEFAULT_LM = "local/qwen2.5-coder-1.5b"
-#: an LM as a run names it: a model string (``openai/gpt-4.1-mini``, ``local/<name>``) or any ``dspy.BaseLM``
-LMLike: TypeAlias = str | dspy.BaseLM
 
 
 @dataclass
@@ -121,7 +121,7 @@ class RunSpec:
     reducer: str = SETTINGS["reducer"].default
     traces: bool = SETTINGS["traces"].default
     dry_run: bool = SETTINGS["dry_run"].default  # the plan, not the run: dspy_for.experiments.core.plan
-    threads = property(run_threads)  # items run at once: spec/settings.py's run_threads
+    threads = property(run_threads)  # items run at once: spec/checks.py's run_threads
     #: the command this kind of spec runs (which declared settings it takes)
     COMMAND: ClassVar[str] = ""
     #: fields that change no result (left out of fingerprints and result keys): the run settings, the experiment

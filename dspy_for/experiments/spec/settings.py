@@ -19,31 +19,31 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.spec.data import positive_int
-from dspy_for.lm.options import DEFAULT_SLOTS, local_slots
+from dspy_for.lm.options import DEFAULT_SLOTS
 from dspy_for.stats import check_reducer
 
-if TYPE_CHECKING:
-    from dspy_for.experiments.spec.model import RunSpec
-
 __all__ = [
+    "FINDS_RECORDS",
     "RUN_COMMANDS",
     "SETTINGS",
     "Setting",
     "check_settings",
     "declare",
     "reference_rows",
-    "run_threads",
     "settings_for",
     "value_kind",
 ]
 
-#: the commands that run items and take run settings, in the order help and messages name them
-_ORDER = ("compare", "sweep", "advise")
-RUN_COMMANDS = frozenset(_ORDER)
+#: the commands that take run settings, in the order help and messages name them: those that run items, and
+#: ``export``, which finds a comparison's records by the settings that decide them
+_ORDER = ("compare", "sweep", "advise", "export")
+RUN_COMMANDS = frozenset(_ORDER[:3])
+#: the run commands and ``export``: a setting that decides which records a comparison keeps, or where
+FINDS_RECORDS = RUN_COMMANDS | {"export"}
 
 
 @dataclass(frozen=True)
@@ -149,17 +149,6 @@ declare(
 )
 
 
-def run_threads(spec: RunSpec) -> int:
-    """Items ``spec`` runs at once: its ``num_threads``; by default the slots of the local server its LMs use (the most,
-    when several: :func:`~dspy_for.lm.options.local_slots`), else 1."""
-    if spec.num_threads is not None:
-        return spec.num_threads
-    roles = spec.method_roles() | ({"judge"} if spec.judge is not None else set())
-    pairs = [(lm, spec.lm_options_for(r)) for r in roles for lm in {spec.lm_for(r), *spec._method_lms(r)}]
-    pairs += [(spec.judge.lm, spec.lm_options_for("judge"))] if spec.judge is not None else []
-    return max((s for lm, options in pairs if (s := local_slots(lm, options)) is not None), default=1)
-
-
 declare(
     Setting(
         "max_cost",
@@ -177,6 +166,7 @@ declare(
         int,
         1,
         "Repeats per item (each its own sample; needs a sampling temperature).",
+        commands=FINDS_RECORDS,
         metavar="N",
         check=positive_int,
     )
@@ -187,6 +177,7 @@ declare(
         str,
         "mean",
         "How an item's epochs make one value: mean (default), majority, pass_at_k.",
+        commands=FINDS_RECORDS,
         metavar="NAME",
         check=_reducer,
     )
@@ -210,7 +201,16 @@ declare(
         "would stop it. Builds no LM, makes no LM call.",
     )
 )
-declare(Setting("tracking_uri", str, None, "MLflow tracking URI (default: SQLite in mlruns/).", metavar="URI"))
+declare(
+    Setting(
+        "tracking_uri",
+        str,
+        None,
+        "MLflow tracking URI (default: SQLite in mlruns/).",
+        commands=FINDS_RECORDS,
+        metavar="URI",
+    )
+)
 declare(
     Setting(
         "results_dir",
@@ -218,7 +218,7 @@ declare(
         None,
         "Where per-item results are kept to resume and reuse (default mlruns/compare/items; compare and advise "
         "share it).",
-        commands=frozenset({"compare", "advise"}),
+        commands=frozenset({"compare", "advise", "export"}),
         metavar="DIR",
     )
 )

@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dspy_for.experiments.core import MethodResult
-from dspy_for.experiments.core.summary import Summary, summarize
+from dspy_for.experiments.core.summarize import summarize
+from dspy_for.experiments.core.summary import Summary
 from dspy_for.experiments.sweeps.spec import SweepSpec
 from dspy_for.experiments.tracked_run import TrackedRun
 from dspy_for.experiments.tracking.datasets import log_dataset

@@ -25,12 +25,15 @@ from typing import TYPE_CHECKING, Any
 from dspy_for.compat import optuna as optuna_compat
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.core import SpendLimit
-from dspy_for.experiments.core.plan import RunPlan, plan_sweep
+from dspy_for.experiments.core.frames import lm_names, provenance
+from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.sinks import interruptible
 from dspy_for.experiments.core.summary import Summary
 from dspy_for.experiments.spec.config import Overrides
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.final_test import FinalTest, run_final_test
+from dspy_for.experiments.sweeps.frames import trials_frame, trials_html
+from dspy_for.experiments.sweeps.plan import plan_sweep
 from dspy_for.experiments.sweeps.spec import SweepSpec, load_sweep_spec
 from dspy_for.experiments.sweeps.storage import make_storage, open_study, requeue_failed
 from dspy_for.experiments.sweeps.workers import SweepError, run_study, study_spent
@@ -66,6 +69,7 @@ class SweepResult:
     parent_run_id: str | None
     final_test: FinalTest | None = None
     spend: SpendLimit | None = None
+    config: str | None = None  # the sweep's config file, as given (None: a spec object)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -109,16 +113,14 @@ class SweepResult:
 
     def to_pandas(self, level: str = "trials") -> pd.DataFrame:
         """The sweep's trials as a pandas data frame, each trial's options as ``options.<name>`` columns (a sweep keeps
-        no item records: ``trials`` is its one level); see :mod:`~dspy_for.experiments.core.frames`."""
-        from dspy_for.experiments.core.frames import sweep_frame
-
-        return sweep_frame(self, level)
+        no item records: ``trials`` is its one level); see :mod:`~dspy_for.experiments.sweeps.frames`."""
+        lms = {role: lm for m in self.spec.methods for role, lm in lm_names(self.spec, m).items()}
+        origin = provenance(self.parent_run_id, self.spec, self.config, lms)
+        return trials_frame(self.study, self.spec.objectives, origin, level)
 
     def _repr_html_(self) -> str:
         """The trials in a notebook, as an HTML table."""
-        from dspy_for.experiments.core.frames_html import sweep_html
-
-        return sweep_html(self)
+        return trials_html(self.study, self.spec.objectives, f"study {self.spec.study}")
 
 
 def sweep(
@@ -160,7 +162,8 @@ def sweep(
                 spec, run_id=parent, cells=False, store=False, earlier=study_spent(study), left_out=left_out
             )
             with ending:
-                result = SweepResult(spec=spec, study=study, parent_run_id=parent, spend=ending.limit)
+                source = str(config) if isinstance(config, str | Path) else None
+                result = SweepResult(spec=spec, study=study, parent_run_id=parent, spend=ending.limit, config=source)
                 if final_test and not spec.multi and objective_path is None and result.counts.get("COMPLETE"):
                     result.final_test = run_final_test(ending, study)
             _count_left_out(result)

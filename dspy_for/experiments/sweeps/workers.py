@@ -23,7 +23,8 @@ from dspy_for.datasets import content_key
 from dspy_for.errors import ConfigError, DspyForError
 from dspy_for.experiments.core import load_examples
 from dspy_for.experiments.core.spend import money
-from dspy_for.experiments.core.summary import Summary, summarize
+from dspy_for.experiments.core.summarize import summarize
+from dspy_for.experiments.core.summary import Summary
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.sweeps import tracking as sweep_tracking
 from dspy_for.experiments.sweeps.pruning import ITEM_VALUES, incumbent_values, item_values, resolved_worse
@@ -153,7 +154,8 @@ def objective_value(summary: Summary, objective: str) -> float:
     if objective in ("accuracy", "tokens_per_item"):
         value = getattr(summary, objective)
     else:
-        value = summary.judge.get(objective, {}).get("mean")
+        score = summary.judge.scores.get(objective) if summary.judge is not None else None
+        value = score.mean if score is not None else None
     if value is None:
         raise TrialFailed(f"no item gave a `{objective}` value")
     return float(value)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from dspy_for.experiments.core.summary import summarize
+from dspy_for.experiments.core.summarize import summarize
 from dspy_for.experiments.tracking import store, traces
 from dspy_for.experiments.tracking.writer import trace_writer
 from dspy_for.secrets import redact
@@ -44,11 +44,13 @@ class MlflowSink:
         self._writer: TraceWriter | None = None
         self._sink = 0
         self._method: str | None = None
+        #: each stored trace's id, by record key, filled as the writer stores them (an open cell reads it)
+        self.trace_ids: dict[str, str] = {}
         if trace:
             try:
                 context = traces.trace_context(run, run_id)
                 self._writer, self._method = trace_writer(), context.method
-                self._sink = self._writer.open(context)
+                self._sink = self._writer.open(context, self.trace_ids)
             except Exception as exc:
                 self._writer = None
                 self._warn(exc)
@@ -61,7 +63,7 @@ class MlflowSink:
         except Exception as exc:  # a record the trace cannot show: its warning; the run goes on
             self._warn(exc, landed.item.id)
             return
-        self._writer.add(self._sink, payload)
+        self._writer.add(self._sink, payload, landed.item.key)
 
     def finish_traces(self) -> None:
         """Wait until every trace of the records added so far is stored (or warned about)."""

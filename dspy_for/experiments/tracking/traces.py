@@ -105,19 +105,22 @@ def trace_context(run: PreparedRun, run_id: str) -> TraceContext:
     )
 
 
-def log_item_trace(ctx: TraceContext, landed: Landed, *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS) -> None:
-    """Write the trace of one landed record (see the module docstring); raises if the store refuses it."""
-    log_item_traces(ctx, [landed], assessors=assessors)
+def log_item_trace(ctx: TraceContext, landed: Landed, *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS) -> str:
+    """Write the trace of one landed record (see the module docstring) and return its id; raises if the store
+    refuses it."""
+    return log_item_traces(ctx, [landed], assessors=assessors)[landed.item.key]
 
 
 def log_item_traces(
     ctx: TraceContext, landed: Sequence[Landed], *, assessors: Sequence[Assessor] = DEFAULT_ASSESSORS
-) -> None:
-    """Write the traces of several landed records in one store transaction; raises if the store refuses any (the
-    others are kept)."""
-    failed = write_traces(ctx, [build_trace(ctx, item_payload(x, ctx.method), assessors) for x in landed])
+) -> dict[str, str]:
+    """Write the traces of several landed records in one store transaction and return each one's trace id, by its
+    record key; raises if the store refuses any (the others are kept)."""
+    built = [build_trace(ctx, item_payload(x, ctx.method), assessors) for x in landed]
+    failed = write_traces(ctx, built)
     if failed:
         raise next(iter(failed.values()))
+    return {x.item.key: info.trace_id for x, (info, _) in zip(landed, built, strict=True)}
 
 
 def write_traces(ctx: TraceContext, built: Sequence[tuple[TraceInfo, list[Span]]]) -> dict[int, Exception]:

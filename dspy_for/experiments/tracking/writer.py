@@ -78,7 +78,7 @@ serve(conn, inbox)
 class _Batcher:
     """What either writer runs on what it receives, in order: ``("open", sink, context)`` and ``("trace", sink, seq,
     payload)``; every batch of one sink's traces is stored in one transaction and answered ``("done", sink, seq,
-    failures)`` through ``reply``."""
+    failures, stored)`` through ``reply`` (``stored``: each stored trace's seq and trace id)."""
 
     def __init__(self, reply: Callable[[tuple[Any, ...]], None]) -> None:
         self.reply = reply
@@ -101,6 +101,7 @@ class _Batcher:
 
         ctx = self.contexts.get(sink, RuntimeError("no run to write to"))
         why: dict[int, str] = {}
+        ids: dict[int, str] = {}
         if isinstance(ctx, Exception):
             why = dict.fromkeys(range(len(items)), _text(ctx))
         elif self.failed_batches.get(sink, 0) >= GIVE_UP:
@@ -118,10 +119,11 @@ class _Batcher:
             except Exception as exc:
                 refused = dict.fromkeys(range(len(built)), exc)
             why.update({where[j]: _text(exc) for j, exc in refused.items()})
+            ids = {items[where[j]][0]: info.trace_id for j, (info, _) in enumerate(built) if j not in refused}
             if len(why) == len(items):
                 self.failed_batches[sink] = self.failed_batches.get(sink, 0) + 1
         failures = [(str(items[i][1]["item"]["id"]), text) for i, text in sorted(why.items())]
-        self.reply(("done", sink, items[-1][0], failures))
+        self.reply(("done", sink, items[-1][0], failures, sorted(ids.items())))
 
 
 def _context(fields: dict[str, Any] | TraceContext) -> TraceContext | Exception:
@@ -177,7 +179,9 @@ def _waiting(inbox: queue.SimpleQueue[Any]) -> list[Any]:
 @dataclass
 class _Sink:
     context: TraceContext
+    trace_ids: dict[str, str]  # record key -> its stored trace's id
     sent: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> payload, until stored (or refused)
+    keys: dict[int, str] = field(default_factory=dict)  # seq -> record key, until stored (or refused)
     next_seq: int = 0
 
 
@@ -205,20 +209,24 @@ class TraceWriter:
     def mode(self) -> str:
         return "process" if self._process is not None and self._process.poll() is None else "thread"
 
-    def open(self, context: TraceContext) -> int:
+    def open(self, context: TraceContext, trace_ids: dict[str, str] | None = None) -> int:
+        """A new sink of ``context``'s run; ``trace_ids`` gets each record key's trace id as its trace is stored."""
         with self._send_lock:
             with self._lock:
                 sink = len(self._sinks)
-                self._sinks[sink] = _Sink(context)
+                self._sinks[sink] = _Sink(context, trace_ids if trace_ids is not None else {})
             self._post(("open", sink, self._context_for(context)))
         return sink
 
-    def add(self, sink: int, payload: dict[str, Any]) -> None:
+    def add(self, sink: int, payload: dict[str, Any], key: str | None = None) -> None:
+        """Hand over one record's trace (``key``: its record key, under which its trace id is kept once stored)."""
         with self._send_lock:
             with self._lock:
                 s = self._sinks[sink]
                 seq, s.next_seq = s.next_seq, s.next_seq + 1
                 s.sent[seq] = payload
+                if key is not None:
+                    s.keys[seq] = key
             self._post(("trace", sink, seq, payload))
 
     def wait(self, sink: int) -> None:
@@ -231,6 +239,7 @@ class TraceWriter:
             for payload in s.sent.values():
                 _warn(s.context, str(payload["item"]["id"]), f"not confirmed stored after {STALL_SECONDS:.0f} s")
             s.sent.clear()
+            s.keys.clear()
 
     # ----------------------------------------------------------------------------------------- writers
 
@@ -249,11 +258,15 @@ class TraceWriter:
 
     def _done(self, message: tuple[Any, ...]) -> None:
         """A batch stored (``done``, sink, its last seq, its failures): warned about, forgotten, waiters woken."""
-        _, sink, seq, failures = message
+        _, sink, seq, failures, stored = message
         with self._lock:
             s = self._sinks[sink]
+            for done, trace_id in stored:
+                if done in s.keys:
+                    s.trace_ids[s.keys[done]] = trace_id
             for key in [k for k in s.sent if k <= seq]:
                 del s.sent[key]
+                s.keys.pop(key, None)
             for item, why in failures:
                 _warn(s.context, item, why)
             self._progress = time.monotonic()
