@@ -14,8 +14,9 @@ if [ -z "${DSPY_FOR_CACHE_DIR:-}" ]; then
   trap 'rm -rf "$DSPY_FOR_CACHE_DIR"' EXIT
 fi
 # Without a selection of your own (-m, -k, -n, -p, a path or a node id), the unit tests run on two pytest-xdist
-# workers, then the llm tests on two as well: they share the one local server per model, whose parallel slots answer
-# both workers' requests side by side
+# workers, then the llm tests in one process: each sends its requests side by side to the one local server per model
+# (its parallel slots batch them), and some start servers of their own, which beside another test's would share the
+# two cores (one llama.cpp job at a time)
 selects=0
 for arg in "$@"; do
   case "$arg" in -m|-m*|-k|-k*|-n|-n*|-p|-p*|--numprocesses*|tests*|*.py|*::*) selects=1 ;; esac
@@ -37,6 +38,6 @@ fi
 unit=0
 llm=0
 run -m "not llm" -n 2 "$@" || unit=$?
-run -m llm -n 2 "$@" || llm=$?
+run -m llm -p no:xdist "$@" || llm=$?
 if [ "$unit" -ne 0 ]; then exit "$unit"; fi
 exit "$llm"

@@ -48,13 +48,14 @@ def _context(run_id: str = "run", **kw: Any) -> TraceContext:
 def thread_writer(monkeypatch):
     """A writer thread of this process (what the patches below reach), with traces built from their item id."""
     monkeypatch.setitem(writer_module._WRITER, "writer", TraceWriter("thread"))
-    monkeypatch.setattr(traces, "build_trace", lambda ctx, payload: (payload["item"]["id"], []))
+    built = lambda ctx, payload: (SimpleNamespace(id=payload["item"]["id"], trace_id=f"tr-{payload['item']['id']}"), [])  # noqa: E731
+    monkeypatch.setattr(traces, "build_trace", built)
     monkeypatch.setattr(sink_module.traces, "trace_context", lambda run, run_id: _context(run_id))
     monkeypatch.setattr(sink_module.traces, "item_payload", lambda landed, method: _payload(landed.item.id))
 
 
 def _landed(item: str) -> Any:
-    return SimpleNamespace(item=SimpleNamespace(id=item))
+    return SimpleNamespace(item=SimpleNamespace(id=item, key=f"key-{item}"))
 
 
 def test_one_writer_stores_every_sinks_traces_one_batch_at_a_time(thread_writer, monkeypatch):
@@ -69,7 +70,7 @@ def test_one_writer_stores_every_sinks_traces_one_batch_at_a_time(thread_writer,
         time.sleep(0.02)
         with lock:
             active -= 1
-            written.extend(item for item, _ in built)
+            written.extend(info.id for info, _ in built)
             batches.append(len(built))
         return {}
 
@@ -81,6 +82,8 @@ def test_one_writer_stores_every_sinks_traces_one_batch_at_a_time(thread_writer,
     for sink in sinks:
         sink.finish_traces()
     assert sorted(written) == sorted(f"item-{i}-{j}" for i in range(12) for j in range(5))  # every trace written
+    # each sink knows the id of every trace it stored, by record key (the item frame's `trace_id`)
+    assert sinks[3].trace_ids == {f"key-item-3-{j}": f"tr-item-3-{j}" for j in range(5)}
     assert peak == 1  # one writer for the whole process: the store's pool is never exhausted by writers
     assert max(batches) > 1  # many per transaction
 
