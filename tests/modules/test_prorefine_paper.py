@@ -11,8 +11,9 @@ import os
 
 import dspy
 import pytest
+from dspy.utils.exceptions import AdapterParseError
 
-from dspy_for import make_lm
+from dspy_for import make_lm, track_usage
 from dspy_for.datasets import load_dataset
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import build_method, get_method
@@ -225,16 +226,30 @@ def test_bad_prompts_option():
 
 
 @pytest.mark.llm
-def test_prorefine_paper_on_two_items_of_a_real_model():
-    """Real local model (the 0.5B unless DSPY_FOR_TEST_MODEL says otherwise), two bundled GSM8K items, every role
-    on it, no verifier (every item refined): the official schedule and the end-of-sequence stop on a real server."""
+def test_prorefine_paper_on_a_real_model():
+    """Real local model (the 0.5B unless DSPY_FOR_TEST_MODEL says otherwise), a bundled GSM8K item, every role on it,
+    no verifier (the item refined): the official schedule and the end-of-sequence stop on a real server, read from
+    the calls themselves. The 0.5B's last output can be unreadable (it may loop to the cap): a run counts that as an
+    unparsed answer, a score; the schedule is checked either way."""
     lm = make_lm(f"local/{os.environ.get('DSPY_FOR_TEST_MODEL', 'qwen2.5-coder-0.5b')}", max_tokens=400)
     program = build_method("prorefine_paper", SIG, lm=lm)
-    for ex in load_dataset("gsm8k", "sample")[:2]:
-        pred = program(question=ex.question)
+    ex = load_dataset("gsm8k", "sample")[0]
+    with track_usage() as usage:
+        try:
+            pred = program(question=ex.question)
+        except AdapterParseError:
+            pred = None
+    task = [c for c in usage.calls if c.role == "task"]
+    feedback = [c for c in usage.calls if c.role == "feedback"]
+    optimizer = [c for c in usage.calls if c.role == "optimizer"]
+    assert 1 <= len(task) <= 25 and all(c.ok for c in usage.calls)
+    # step i generates 10·i tokens; every step but the last is cut by its cap, the last stops at end-of-sequence
+    assert [c.completion_tokens for c in task[:-1]] == [10 * i for i in range(1, len(task))]
+    assert all(c.finish_reason == "length" for c in task[:-1])
+    assert task[-1].finish_reason == "stop" or len(task) == 25  # end-of-sequence, or the 250-token cap
+    assert len(feedback) >= len(task) - 1 and len(optimizer) >= len(task) - 1
+    if pred is not None:
         steps = pred.trajectory
-        assert 1 <= len(steps) <= 25 and [s["max_tokens"] for s in steps] == [10 * i for i in range(1, len(steps) + 1)]
-        assert all(s["finish_reason"] == "length" and s["completion_tokens"] == s["max_tokens"] for s in steps[:-1])
-        assert steps[-1]["eos"] or len(steps) == 25  # it stopped at end-of-sequence or at the 250-token cap
-        assert pred.usage["feedback"]["calls"] >= len(steps) and pred.usage["optimizer"]["calls"] >= len(steps)
+        assert [s["max_tokens"] for s in steps] == [10 * i for i in range(1, len(steps) + 1)]
+        assert steps[-1]["eos"] or len(steps) == 25
         assert isinstance(pred.answer, float) and pred.refined_prompt
