@@ -230,7 +230,7 @@ def test_a_local_cell_with_nothing_stored_is_timed_at_the_models_measured_speed_
     assert alone.seconds is not None and alone.seconds.value < cell.seconds.value  # one stream alone runs faster
     (unmeasured,) = plan("local/qwen2.5-coder-1.5b", lm_options={"slots": 3}).cells
     assert unmeasured.seconds is None and "measured speed" not in unmeasured.source
-    assert plan("local/qwen2.5-coder-0.5b").cells[0].seconds is None  # no speed in the registry: not measured
+    assert plan("local/smollm2-135m").cells[0].seconds is None  # no speed in the registry: not measured
     assert plan("openai/fake-model").cells[0].seconds is None
     text = plan_text(plan("local/qwen2.5-coder-1.5b"))
     assert f"keeps {DEFAULT_SLOTS} items in flight" in text and "not measured" not in text

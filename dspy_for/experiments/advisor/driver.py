@@ -9,8 +9,6 @@ resume, dropped if over budget: :mod:`.budget`) → the rounds (:mod:`.rounds`) 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
@@ -21,7 +19,6 @@ from typing import Any
 
 import dspy
 
-from dspy_for.datasets import signature_for
 from dspy_for.experiments.advisor.budget import check_numbers, check_priced_for_budget, no_fit_error, over_budget
 from dspy_for.experiments.advisor.candidates import (
     Candidate,
@@ -40,6 +37,7 @@ from dspy_for.experiments.advisor.result import (
     Advice,
     CandidateOutcome,
     dollars_per_item,
+    new_advice,
 )
 from dspy_for.experiments.advisor.rounds import Rounds
 from dspy_for.experiments.advisor.volume import (
@@ -186,7 +184,7 @@ def _run(
     root = store.setup_tracking(spec.tracking_uri, spec.experiment)
     items_dir = spec.items_dir(root)
     check_results_dir(items_dir, lambda: plan_advise(spec, order, items_dir, pilot=asked["pilot"]))
-    advice = _new_advice(spec, d, asked, root / "advise", pilot_items=min(asked["pilot"], len(order)))
+    advice = new_advice(spec, d, asked, root / "advise", pilot_items=min(asked["pilot"], len(order)))
     tags = {"dspy_for.kind": "advise", "dspy_for.fingerprint": spec.fingerprint()}
     tracked = TrackedRun(
         spec,
@@ -203,31 +201,6 @@ def _run(
         _Advising(tracked, d, order, advice, expired).run(chosen)
         _finish(advice, started, tracked)
     return advice
-
-
-def _new_advice(
-    spec: ExperimentSpec, d: DatasetConfig, asked: dict[str, Any], under: Path, *, pilot_items: int
-) -> Advice:
-    """An empty answer with its directory in ``under`` (for the plot), named by the spec's fingerprint and
-    advise's own settings."""
-    name = spec.fingerprint() + "-" + hashlib.sha256(json.dumps(asked, default=str).encode()).hexdigest()[:6]
-    run_dir = under / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return Advice(
-        spec=spec,
-        dataset=d.name,
-        split=d.split,
-        signature=signature_for(d.name),
-        budget=asked["budget"],
-        budget_usd=asked.get("budget_usd"),
-        volume=asked.get("volume"),
-        compilers=asked.get("compile") or [],
-        train=asked.get("train"),
-        margin=asked["margin"],
-        alpha=spec.alpha,
-        pilot_items=pilot_items,
-        run_dir=run_dir,
-    )
 
 
 class _Advising:

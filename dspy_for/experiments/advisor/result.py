@@ -3,11 +3,14 @@ recommendation and how it was reached, and the Python line that builds it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspy_for.datasets import signature_for
 from dspy_for.experiments.core import MethodResult, SpendLimit
 from dspy_for.experiments.core.costs import BreakEvenRow, Unit
 from dspy_for.experiments.core.frame_columns import CANDIDATE_COLUMNS, PAIR_COLUMNS, typed_frame
@@ -21,13 +24,13 @@ from dspy_for.experiments.core.frames import (
 )
 from dspy_for.experiments.core.frames_html import html_table
 from dspy_for.experiments.core.outcome import ComparisonResult, Outcome
-from dspy_for.experiments.spec import ExperimentSpec
+from dspy_for.experiments.spec import DatasetConfig, ExperimentSpec
 from dspy_for.stats import SequentialResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Advice", "AtVolume", "CandidateOutcome", "CandidatePair", "dollars_per_item", "flipped"]
+__all__ = ["Advice", "AtVolume", "CandidateOutcome", "CandidatePair", "dollars_per_item", "flipped", "new_advice"]
 
 # a candidate's fate
 RECOMMENDED = "recommended"
@@ -289,3 +292,28 @@ class Advice(Outcome):
         if s is not None and s.max_cost is not None:
             out["max_cost"] = s.max_cost
         return out
+
+
+def new_advice(
+    spec: ExperimentSpec, d: DatasetConfig, asked: dict[str, Any], under: Path, *, pilot_items: int
+) -> Advice:
+    """An empty answer with its directory in ``under`` (for the plot), named by the spec's fingerprint and
+    advise's own settings."""
+    name = spec.fingerprint() + "-" + hashlib.sha256(json.dumps(asked, default=str).encode()).hexdigest()[:6]
+    run_dir = under / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return Advice(
+        spec=spec,
+        dataset=d.name,
+        split=d.split,
+        signature=signature_for(d.name),
+        budget=asked["budget"],
+        budget_usd=asked.get("budget_usd"),
+        volume=asked.get("volume"),
+        compilers=asked.get("compile") or [],
+        train=asked.get("train"),
+        margin=asked["margin"],
+        alpha=spec.alpha,
+        pilot_items=pilot_items,
+        run_dir=run_dir,
+    )

@@ -27,6 +27,7 @@ from typing import Any
 
 from dspy_for.datasets import content_key
 from dspy_for.experiments.core.compile_step import CompileCost
+from dspy_for.experiments.core.keys import example_key, record_key, unit_keys
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.lm.pricing import Price
 from dspy_for.lm.usage import RoleUsage, Usage
@@ -138,21 +139,6 @@ def _fits(value: Any, kinds: tuple[type, ...] | None) -> bool:
     if kinds is None:
         return True
     return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-
-
-def record_key(item_key: str, epoch: int) -> str:
-    """The key a record is stored and matched under: the item's, with ``~epoch`` for a repeat (epoch ≥ 1)."""
-    return item_key if epoch == 0 else f"{item_key}~{epoch}"
-
-
-def example_key(example: Any) -> str:
-    """The key an item is matched by: its content (question and gold)."""
-    return content_key(example.get("question"), example.get("answer"))
-
-
-def unit_keys(examples: Iterable[Any], epochs: int) -> list[str]:
-    """The record keys of ``examples`` (each item once, matched by content) × ``epochs``: what a run of them stores."""
-    return [record_key(k, e) for k in dict.fromkeys(example_key(ex) for ex in examples) for e in range(epochs)]
 
 
 @dataclass
