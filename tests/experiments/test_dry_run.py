@@ -111,6 +111,16 @@ def test_max_cost_says_at_about_which_item_it_stops(stored, tmp_path):
     assert roomy.cost_stop is not None and roomy.cost_stop.verdict == "would not stop"
 
 
+def test_on_several_threads_max_cost_counts_the_costliest_methods_items_first(stored, tmp_path):
+    _, result = stored
+    _, for_tokens = _per_item(result, "for_n1")
+    # two threads start FOR's 2 new items (the most work left) before cot's, as the run does; $0.001 a token
+    plan = compare(_config(tmp_path, first=5), max_cost=1.5 * for_tokens / 1000, num_threads=2, dry_run=True)
+    stop = plan.cost_stop
+    assert stop is not None and stop.verdict == "would stop" and stop.at_item == 2 and stop.of_items == 4
+    assert stop.during == "for_n1 on gsm8k/sample"
+
+
 def test_a_compile_step_is_planned_from_its_settings_then_reused_once_stored(install_scripted_lm, tmp_path):
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({"question": f"{i} boxes of 12?", "answer": 12 * i}) + "\n" for i in range(8)))

@@ -14,7 +14,6 @@ import pytest
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for import make_lm, track_usage
-from dspy_for.datasets import load_dataset
 from dspy_for.errors import ConfigError
 from dspy_for.experiments import build_method, get_method
 from dspy_for.modules import ProRefine
@@ -227,29 +226,51 @@ def test_bad_prompts_option():
 
 @pytest.mark.llm
 def test_prorefine_paper_on_a_real_model():
-    """Real local model (the 0.5B unless DSPY_FOR_TEST_MODEL says otherwise), a bundled GSM8K item, every role on it,
-    no verifier (the item refined): the official schedule and the end-of-sequence stop on a real server, read from
-    the calls themselves. The 0.5B's last output can be unreadable (it may loop to the cap): a run counts that as an
-    unparsed answer, a score; the schedule is checked either way."""
+    """Real local model (the 0.5B unless DSPY_FOR_TEST_MODEL says otherwise), every role on it, no verifier (the
+    item refined): the official schedule and the end-of-sequence stop on a real server, read from the calls
+    themselves. A short question, so the answer ends within a few steps (the schedule allows 25). The 0.5B's last
+    output can be unreadable (it may loop to the cap): a run counts that as an unparsed answer, a score; the schedule
+    is checked either way."""
     lm = make_lm(f"local/{os.environ.get('DSPY_FOR_TEST_MODEL', 'qwen2.5-coder-0.5b')}", max_tokens=400)
     program = build_method("prorefine_paper", SIG, lm=lm)
-    ex = load_dataset("gsm8k", "sample")[0]
     with track_usage() as usage:
         try:
-            pred = program(question=ex.question)
+            pred = program(question=Q)
         except AdapterParseError:
             pred = None
-    task = [c for c in usage.calls if c.role == "task"]
-    feedback = [c for c in usage.calls if c.role == "feedback"]
-    optimizer = [c for c in usage.calls if c.role == "optimizer"]
-    assert 1 <= len(task) <= 25 and all(c.ok for c in usage.calls)
+    assert usage.calls and all(c.ok for c in usage.calls)
+    steps, final = _steps_and_final_answer(usage.calls)
+    assert 1 <= len(steps) <= 25
+    task = [c for c, _, _ in steps]
     # step i generates 10·i tokens; every step but the last is cut by its cap, the last stops at end-of-sequence
     assert [c.completion_tokens for c in task[:-1]] == [10 * i for i in range(1, len(task))]
     assert all(c.finish_reason == "length" for c in task[:-1])
     assert task[-1].finish_reason == "stop" or len(task) == 25  # end-of-sequence, or the 250-token cap
-    assert len(feedback) >= len(task) - 1 and len(optimizer) >= len(task) - 1
+    assert all(fb >= 1 and opt >= 1 for _, fb, opt in steps)  # each step critiqued and rewritten
+    # the outputs with p*: the last step's reply served again (no call), or one call at full length (and the
+    # adapter's JSON retry when that reply cannot be read)
+    assert len(final) <= 2
     if pred is not None:
-        steps = pred.trajectory
-        assert [s["max_tokens"] for s in steps] == [10 * i for i in range(1, len(steps) + 1)]
-        assert steps[-1]["eos"] or len(steps) == 25
+        trajectory = pred.trajectory
+        assert [s["max_tokens"] for s in trajectory] == [10 * i for i in range(1, len(trajectory) + 1)]
+        assert len(trajectory) == len(steps)
+        assert trajectory[-1]["eos"] or len(trajectory) == 25
         assert isinstance(pred.answer, float) and pred.refined_prompt
+
+
+def _steps_and_final_answer(calls):
+    """The calls in order, read as Algorithm 1 makes them: each step is a task call followed by its feedback and
+    optimizer calls (a role's call may be retried by the adapter); the task calls after the last step are the
+    final answer's."""
+    steps, final = [], []
+    for call in calls:
+        if call.role == "task":
+            final.append(call)
+        elif call.role in ("feedback", "optimizer"):
+            if final:  # the task call(s) before this feedback were a step (one capped call each)
+                assert len(final) == 1, [c.role for c in calls]
+                steps.append([final.pop(), 0, 0])
+            steps[-1][1 if call.role == "feedback" else 2] += 1
+        else:
+            raise AssertionError(f"unexpected role {call.role!r}")
+    return [tuple(s) for s in steps], final

@@ -26,6 +26,7 @@ from dspy_for.experiments.core.estimates import CellEstimates, Estimate, sum_est
 from dspy_for.experiments.core.evidence import Evidence
 from dspy_for.experiments.core.plan_cells import CellPlan, compile_cell, failed_cell, items_cell
 from dspy_for.experiments.core.records import unit_keys
+from dspy_for.experiments.core.schedule import WorkQueue
 from dspy_for.experiments.methods import get_method
 from dspy_for.experiments.spec.model import DatasetConfig, ExperimentSpec, MethodConfig, RunSpec, load_examples
 
@@ -88,7 +89,8 @@ class RunPlan:
 
 def _order(plan: RunPlan) -> Iterator[tuple[CellPlan, int]]:
     """The run's spending in the order it happens: (cell, items) steps — compile steps first (a run prepares every
-    method before its items start), then the items, one cell after another on one thread, else in turn."""
+    method before its items start), then the items, one cell after another on one thread, else costliest first
+    (:mod:`~dspy_for.experiments.core.schedule`)."""
     for _ in range(plan.trials):
         cells = [c for c in plan.cells if c.error is None]
         for c in cells:
@@ -98,13 +100,10 @@ def _order(plan: RunPlan) -> Iterator[tuple[CellPlan, int]]:
         if plan.num_threads <= 1 or plan.trials > 1:
             for c in items:
                 yield from ((c, 1) for _ in range(c.to_run))
-        else:
-            left = {id(c): c.to_run for c in items}
-            while any(left.values()):
-                for c in items:
-                    if left[id(c)]:
-                        left[id(c)] -= 1
-                        yield c, 1
+        else:  # as the run's threads start them: the cell with the most work left first (at its calls per item)
+            queue = WorkQueue([(c, range(c.to_run)) for c in items], lambda c: c.calls.value / c.to_run)
+            while (picked := queue.next(lambda c: True)) is not None:
+                yield picked[0], 1
 
 
 def _cost_stop(plan: RunPlan) -> CostStop:

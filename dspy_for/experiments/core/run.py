@@ -36,6 +36,7 @@ from dspy_for.compat.dspy import warm_completion_path
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import Metric, PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult, example_key, record_key
+from dspy_for.experiments.core.schedule import WorkQueue, calls_per_item
 from dspy_for.experiments.core.serving import Serving
 from dspy_for.experiments.core.sinks import Landed, ProgressBar, RunStatus, Sink, StopRule, critical, interruptible
 from dspy_for.experiments.core.spend import SpendLimit
@@ -269,8 +270,9 @@ class _Plan:
 def feed_together(
     feeds: Sequence[Feed], *, num_threads: int, limit: SpendLimit | None = None
 ) -> list[list[ItemResult]]:
-    """Several evaluations' items on one pool of ``num_threads`` workers: their items interleaved (one of each in turn),
-    so methods run side by side and a comparison takes about as long as its slowest method, while each endpoint's
+    """Several evaluations' items on one pool of ``num_threads`` workers, side by side: each free thread starts an item
+    of the evaluation with the most work left (:mod:`~dspy_for.experiments.core.schedule`), so costly methods start
+    early, all end about together and a comparison takes about as long as its work, while each endpoint's
     load is kept right by its shared limit (:mod:`dspy_for.lm.transport`). Each record lands, in this thread, in its
     own evaluation's sinks as it finishes; a feed's ``stop`` rule stops its items only, ``limit`` every feed's. With
     one thread the feeds run one after another in this thread (Ctrl-C then stops the LM call at once). Returns each
@@ -306,14 +308,14 @@ def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None) -> I
         return
     warm_completion_path(lm for p in plans for lm in p.evaluation.run.lms)  # imports paid here, not in the threads
     pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="dspy-for-item")
-    todo = _interleaved(plans)
+    todo: WorkQueue[_Plan, _Unit] = WorkQueue([(p, p.fresh) for p in plans], _prior_calls)
     pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
 
     def start_next() -> None:  # one item per free thread, so none waits in a queue to start after a halt
-        for plan, unit in todo:
-            if plan.may_start(limit):
-                pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, unit)] = plan
-                return
+        picked = todo.next(lambda plan: plan.may_start(limit))
+        if picked is not None:
+            plan, unit = picked
+            pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, unit)] = plan
 
     for _ in range(num_threads):
         start_next()
@@ -322,22 +324,12 @@ def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None) -> I
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 plan = pending.pop(future)
-                yield (plan, *future.result())
+                record, calls = future.result()
+                todo.finished(plan, calls)
+                yield plan, record, calls
                 start_next()
     finally:  # interrupted: start nothing more; items already running end in the background
         pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _interleaved(plans: list[_Plan]) -> Iterator[tuple[_Plan, _Unit]]:
-    """One item (epoch) of each plan in turn (round robin), in each plan's own order."""
-    queues = [iter([(p, u) for u in p.fresh]) for p in plans]
-    while queues:
-        for q in list(queues):
-            item = next(q, None)
-            if item is None:
-                queues.remove(q)
-            else:
-                yield item
 
 
 @dataclass
@@ -353,6 +345,10 @@ class _Outcome:
 
 #: one epoch of one item: what runs, lands and is stored as one record
 _Unit = tuple[dspy.Example, int]
+
+
+def _prior_calls(plan: _Plan) -> float:
+    return calls_per_item(plan.evaluation.run.method.name, plan.evaluation.run.options)
 
 
 def _unit_key(unit: _Unit) -> str:
