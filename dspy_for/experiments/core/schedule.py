@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from dspy_for.errors import ConfigError
 from dspy_for.experiments.methods import get_method
@@ -39,7 +39,7 @@ def calls_per_item(method: str, options: dict[str, object]) -> float:
 
 @dataclass
 class _Work:
-    units: deque[object]
+    units: deque[Any]
     prior_calls: float
     items: int = 0  # finished items
     tokens: int = 0  # their LM tokens
@@ -62,7 +62,7 @@ class WorkQueue(Generic[P, U]):
         unit = self._work[id(feed)].units.popleft()
         self._feeds.remove(feed)  # an equal feed goes before it next time
         self._feeds.append(feed)
-        return feed, unit  # type: ignore[return-value]
+        return feed, unit
 
     def finished(self, feed: P, calls: Sequence[CallRecord]) -> None:
         """An item of ``feed`` finished with ``calls``: its cost per item is measured from now on."""
