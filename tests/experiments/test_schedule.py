@@ -57,6 +57,14 @@ def test_measured_tokens_replace_the_registry_count():
     assert _drain(queue) == ["a", "a", "a", "a", "b", "b"]
 
 
+def test_an_item_that_spent_no_tokens_measures_nothing():
+    queue = WorkQueue([("a", [1, 2, 3]), ("b", [1, 2, 3])], lambda feed: 1.0)
+    queue.finished("a", [_call(600)])
+    queue.finished("b", [])  # its LM failed before any token: not a measure of what b's items cost
+    queue.finished("b", [_call(1000)])
+    assert queue.next(lambda f: True)[0] == "b"  # b: 3 × 1,000 of work left (not 3 × 500), a: 3 × 600
+
+
 def test_a_methods_calls_per_item_come_from_the_registry():
     assert calls_per_item("cot", {}) == 1.0
     assert calls_per_item("for", {"rounds": 1, "host": True}) > calls_per_item("cot", {})

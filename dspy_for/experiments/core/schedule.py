@@ -65,18 +65,21 @@ class WorkQueue(Generic[P, U]):
         return feed, unit
 
     def finished(self, feed: P, calls: Sequence[CallRecord]) -> None:
-        """An item of ``feed`` finished with ``calls``: its cost per item is measured from now on."""
-        work = self._work[id(feed)]
-        work.items += 1
-        work.tokens += sum(c.prompt_tokens + c.completion_tokens for c in calls)
+        """An item of ``feed`` finished with ``calls``: its cost per item is measured from now on (an item that
+        spent no tokens, one whose LM failed at once, says nothing about what its feed's items cost)."""
+        tokens = sum(c.prompt_tokens + c.completion_tokens for c in calls)
+        if tokens:
+            work = self._work[id(feed)]
+            work.items += 1
+            work.tokens += tokens
 
     def _work_left(self, feed: P) -> float:
         return len(self._work[id(feed)].units) * self._per_item(self._work[id(feed)])
 
     def _per_item(self, work: _Work) -> float:
-        if work.items and work.tokens:
+        if work.items:
             return work.tokens / work.items
-        measured = [w for w in self._work.values() if w.items and w.tokens]
+        measured = [w for w in self._work.values() if w.items]
         calls = sum(w.prior_calls * w.items for w in measured)
         per_call = sum(w.tokens for w in measured) / calls if calls else 1.0  # tokens per call so far, else calls
         return work.prior_calls * per_call
