@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${DSPY_FOR_TEST_MODEL:-qwen2.5-coder-0.5b} EXTRAS=${EXTRAS:-local,dev,postgres} bash scripts/setup.sh
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+# the suite starts hundreds of Python processes: let them keep their bytecode (where PYTHONDONTWRITEBYTECODE is set,
+# each would compile the package again and pytest would rewrite every test module again in each worker)
+unset PYTHONDONTWRITEBYTECODE
 # a fresh DSPy cache per run: the integration tests measure real calls, not answers cached by earlier runs
 if [ -z "${DSPY_FOR_CACHE_DIR:-}" ]; then
   DSPY_FOR_CACHE_DIR=$(mktemp -d -t dspy-for-test-cache.XXXXXX)

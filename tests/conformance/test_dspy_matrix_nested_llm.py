@@ -1,8 +1,8 @@
-"""The matrix's nested layout on real local models: the user's composite program — a plain ``dspy.Module`` with a
-``ChainOfThought`` step, then FOR-Prompting — compiled by ``dspy.BootstrapFewShot``, with the Debater on the 1.5B and
-every other call on the configured 0.5B. A logging relay in front of the two local servers (the test server, each
-request forwarded to the local model its ``model`` names) shows which model every request named, while compiling and
-after."""
+"""The matrix's nested layout on the real local model: the user's composite program — a plain ``dspy.Module`` with a
+``ChainOfThought`` step, then FOR-Prompting — compiled by ``dspy.BootstrapFewShot``, with the Debater on an LM of its
+own and every other call on the configured LM. A logging relay (the test server, each request forwarded to the local
+test model) shows which model every request named, while compiling and after: the routing is DSPy's, so one real
+model answering both names is enough, and the test stays short on two cores."""
 
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ from dspy_for.modules import FORPrompting
 from dspy_for.testing.server import OpenAICompatibleServer
 
 pytestmark = pytest.mark.llm
-SMALL = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
-LARGE = "qwen2.5-coder-1.5b"
-MODELS = {"m-debater": LARGE, "m-rest": SMALL}  # what the relay serves each model name with
+MODEL = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
+NAMES = ("m-debater", "m-rest")  # the two LMs' model names, both served by the local test model
 
 
 class Relay(OpenAICompatibleServer):
-    """The test server, answering each request with the local model its ``model`` names (:data:`MODELS`)."""
+    """The test server, answering each request of a model in :data:`NAMES` with the local test model."""
 
     def __init__(self) -> None:
         super().__init__(self._forward)
@@ -35,8 +34,9 @@ class Relay(OpenAICompatibleServer):
 
     def _forward(self, messages: list[dict[str, Any]], max_tokens: int | None) -> str:
         request = self.current_request() or {}
-        name = MODELS[str(request.get("model", "")).removeprefix("openai/")]
-        info = ensure_server(name)
+        name = str(request.get("model", "")).removeprefix("openai/")
+        assert name in NAMES, name
+        info = ensure_server(MODEL)
         body = {"model": info.alias, "messages": messages, "max_tokens": max_tokens or 300, "temperature": 0.0}
         call = urllib.request.Request(
             f"{info.base_url.rstrip('/')}/chat/completions",
@@ -82,7 +82,7 @@ def test_a_users_program_compiled_on_local_models_keeps_the_debater_on_its_model
                 num_retries=0,
                 timeout=900,
             )
-            for m in MODELS
+            for m in NAMES
         }
         dspy.configure(lm=lm["m-rest"])
         items = load_dataset("gsm8k", "sample")
@@ -101,6 +101,6 @@ def test_a_users_program_compiled_on_local_models_keeps_the_debater_on_its_model
     assert isinstance(pred.answer, float)
     for requests in (compiling, running):
         assert _routes(requests) == {"debater": {"m-debater"}, "other": {"m-rest"}}, _routes(requests)
-    assert set(relay.served) == {LARGE, SMALL}
+    assert set(relay.served) == set(NAMES)
     assert compiled.solve.debater.role_lm is not None and compiled.solve.debater.role_lm.model == "openai/m-debater"
     assert {p.role_lm for p in (compiled.solve.defender, compiled.solve.revise, compiled.solve.host)} == {None}

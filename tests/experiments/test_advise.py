@@ -308,17 +308,17 @@ def test_user_jsonl_with_numeric_answers_uses_the_numeric_rule(install_scripted_
 
 
 @pytest.mark.llm
-def test_advise_on_four_sample_items_with_a_real_local_model(tmp_path, monkeypatch):
+def test_advise_on_two_sample_items_with_a_real_local_model(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     advice = advise(
         lm=f"local/{MODEL}",
         dataset="gsm8k",
         split="sample",
         methods="single,cot",
-        max_items=4,
+        max_items=2,
         max_tokens=384,
         tracking_uri=_uri(tmp_path),
     )
-    assert advice.ok and advice.items_used == 4 and advice.recommended in ("single", "cot")
-    assert all(c.result is not None and c.result.n == 4 for c in advice.candidates)
+    assert advice.ok and advice.items_used == 2 and advice.recommended in ("single", "cot")
+    assert all(c.result is not None and c.result.n == 2 for c in advice.candidates)
     assert advice.python_line and f'"local/{MODEL}"' in advice.python_line and advice.plots

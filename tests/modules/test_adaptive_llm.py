@@ -1,4 +1,4 @@
-"""Adaptive self-consistency, ``defender_sc`` and the Cascade end to end on a real local model (2 items each)."""
+"""Adaptive self-consistency, ``defender_sc`` and the Cascade end to end on a real local model (an item each)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def lm():
 
 @pytest.fixture
 def items():
-    return load_dataset("gsm8k", "sample")[:2]
+    return load_dataset("gsm8k", "sample")[:1]
 
 
 def _samples(pred: dspy.Prediction) -> list[dict]:

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from filelock import FileLock
 
+from dspy_for.compat.mlflow_schema import seed_sqlite_store
 from dspy_for.errors import PathError, ServerError
 from dspy_for.experiments.core.folders import writable_folder
 from dspy_for.experiments.core.sinks import critical
@@ -101,7 +102,9 @@ def setup_tracking(uri: str | None, experiment: str) -> Path:
     _check_writable(root, uri)
     with FileLock(str(root / ".dspy_for_store.lock")):
         if uri.startswith("sqlite:///"):
-            _write_ahead_log(Path(uri[len("sqlite:///") :].split("?", 1)[0]))
+            db = Path(uri[len("sqlite:///") :].split("?", 1)[0])
+            seed_sqlite_store(db)  # a new store: MLflow's empty schema copied, not its migrations run again
+            _write_ahead_log(db)
         mlflow.set_tracking_uri(uri)
         found = mlflow.get_experiment_by_name(experiment)
         if found is not None:
