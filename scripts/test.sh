@@ -17,7 +17,7 @@ if [ -z "${DSPY_FOR_CACHE_DIR:-}" ]; then
   trap 'rm -rf "$DSPY_FOR_CACHE_DIR"' EXIT
 fi
 # Without a selection of your own (-m, -k, -n, -p, a path or a node id), the unit tests run on two pytest-xdist
-# workers, then the llm tests in one process: each sends its requests side by side to the one local server per model
+# workers (a free worker takes tests from a busy one's queue, so a few long tests do not end the phase alone), then the llm tests in one process: each sends its requests side by side to the one local server per model
 # (its parallel slots batch them), and some start servers of their own, which beside another test's would share the
 # two cores (one llama.cpp job at a time)
 selects=0
@@ -40,7 +40,7 @@ if [ "$selects" -eq 1 ]; then
 fi
 unit=0
 llm=0
-run -m "not llm" -n 2 "$@" || unit=$?
+run -m "not llm" -n 2 --dist worksteal "$@" || unit=$?
 run -m llm -p no:xdist "$@" || llm=$?
 if [ "$unit" -ne 0 ]; then exit "$unit"; fi
 exit "$llm"

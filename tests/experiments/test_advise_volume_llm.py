@@ -32,8 +32,8 @@ def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
 def test_advise_volume_with_a_bootstrap_compile_on_a_real_local_model(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sample = [{"question": ex.question, "answer": ex.answer} for ex in load_dataset("gsm8k", "sample")]
-    data, train = _jsonl(tmp_path / "task.jsonl", sample[:3]), _jsonl(tmp_path / "train.jsonl", sample[30:33])
-    args = ["advise", "--lm", f"local/{MODEL}", "--data", str(data), "--methods", "cot", "--max-items", "3"]
+    data, train = _jsonl(tmp_path / "task.jsonl", sample[:2]), _jsonl(tmp_path / "train.jsonl", sample[30:32])
+    args = ["advise", "--lm", f"local/{MODEL}", "--data", str(data), "--methods", "cot", "--max-items", "2"]
     args += ["--volume", "10000", "--compile", "bootstrap", "--train", str(train)]
     args += ["--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db", "--results-dir", str(tmp_path / "results")]
     out = CliRunner().invoke(app, args, env={"COLUMNS": "250"})

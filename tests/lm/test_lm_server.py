@@ -124,7 +124,7 @@ def test_with_one_slot_and_the_prompt_cache_off_an_answer_is_a_function_of_its_p
     prompts = [f"{system}\n\n{q}" for q in questions]
 
     def answers(order: list[int]) -> dict[int, str]:
-        lm = make_lm(f"local/{MODEL}", cache=False, max_tokens=96, slots=1, prompt_cache=False)
+        lm = make_lm(f"local/{MODEL}", cache=False, max_tokens=48, slots=1, prompt_cache=False)
         assert lm.slots == 1
         return {i: lm(prompts[i])[0] for i in order}
 
