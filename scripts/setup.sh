@@ -18,7 +18,8 @@ fi
 # pip runs when pyproject.toml, EXTRAS or the venv's Python differ from the last set-up that finished (the stamp),
 # so a second run (test.sh's, say) installs nothing and reaches no network; delete the stamp to run pip anyway
 stamp=.venv/.dspy-for-setup
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) extras=${EXTRAS} $(.venv/bin/python -c 'import sys; print(sys.version)')"
+want="extras=${EXTRAS} $(.venv/bin/python -c 'import hashlib, sys
+print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest(), sys.version)')"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${EXTRAS}]"

@@ -35,8 +35,13 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _setup(project: Path, log: Path, extras: str = "dev", pip_exit: int = 0) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "EXTRAS": extras, "PIP_LOG": str(log), "REAL_PYTHON": sys.executable}
-    env["PIP_EXIT"] = str(pip_exit)
+    env = {
+        **os.environ,
+        "EXTRAS": extras,
+        "PIP_LOG": str(log),
+        "REAL_PYTHON": sys.executable,
+        "PIP_EXIT": str(pip_exit),
+    }
     return subprocess.run(
         ["bash", str(project / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
     )
