@@ -6,17 +6,20 @@ every text is passed through :func:`redact` before it is written anywhere.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from typing import Any
 
 from dspy_for.jsonwalk import leaves, walk
 
-__all__ = ["hide_password", "is_secret_key", "needs_redaction", "redact", "redact_obj"]
+__all__ = ["hide_password", "is_secret_key", "may_need_redaction", "needs_redaction", "redact", "redact_obj"]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|bearer|credential)", re.I)
 _SECRET_VALUE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|(?:hf|ghp|gho|xox[bap])_[A-Za-z0-9]{8,}|AKIA[0-9A-Z]{12,})")
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\"]{6,}")
+#: the literal every match of ``_SECRET_VALUE`` begins with
+_MARKERS = ("sk-", "hf_", "ghp_", "gho_", "xoxb_", "xoxa_", "xoxp_", "AKIA")
 
 
 @functools.lru_cache(maxsize=4096)  # a handful of names, asked for every record written
@@ -50,11 +53,23 @@ def needs_redaction(value: Any) -> bool:
     return _redact(texts, _secret_env_values()) != texts
 
 
+def may_need_redaction(text: str) -> bool:
+    """False only when no JSON-like value whose :func:`json.dumps` (``ensure_ascii=False``) is ``text`` holds a
+    string :func:`redact` would change: every pattern needs a literal (``sk-``, ``hf_``, ..., ``bearer`` in any case,
+    a secret variable's value) that JSON's escaping, one character at a time, keeps. True says "look closer"."""
+    if any(marker in text for marker in _MARKERS) or "bearer" in text.lower():
+        return True
+    return any(v in text or json.dumps(v, ensure_ascii=False)[1:-1] in text for v in _secret_env_values())
+
+
 def _redact(text: str, secrets: list[str]) -> str:
     for value in secrets:
         text = text.replace(value, "***")
-    text = _BEARER.sub(r"\1***", text)
-    return _SECRET_VALUE.sub("***", text)
+    if "bearer" in text.lower():
+        text = _BEARER.sub(r"\1***", text)
+    if any(marker in text for marker in _MARKERS):  # the patterns below cannot match without one of them
+        text = _SECRET_VALUE.sub("***", text)
+    return text
 
 
 def hide_password(url: str | None) -> str | None:

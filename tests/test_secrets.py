@@ -41,3 +41,52 @@ def test_needs_redaction_finds_a_secret_anywhere_in_a_value(monkeypatch):
     item = ItemResult(id="1", question="q", gold=1, prediction={"answer": "plain-value-123"}, score=0.0)
     assert "plain-value-123" not in item.to_json() and "***" in item.to_json()
     assert ItemResult(id="1", question="q", gold=1, prediction={"answer": "36"}, score=1.0).to_json().count("***") == 0
+
+
+SECRET_TEXTS = [
+    "key sk-abcdefgh12345678 is invalid",
+    "line\nsk-abcdefgh12345678",  # a word boundary that JSON writes as `\n`
+    "Authorization: Bearer\tabcdef123",
+    "BEARER xyzxyz123",
+    "ghp_abcdefgh1234 and hf_abcdefgh1234",
+    "AKIAABCDEFGHIJKLMN",
+    'echoed se"cr\\et-value-1',  # an environment secret with characters JSON escapes
+]
+
+
+@pytest.mark.parametrize("text", SECRET_TEXTS)
+def test_a_record_that_holds_a_secret_is_always_looked_at_closer(monkeypatch, text):
+    """``may_need_redaction`` on a value's JSON is the fast path that lets a record be written without masking: it
+    must never say no where masking would change a string of the value."""
+    import json
+
+    from dspy_for.secrets import may_need_redaction, needs_redaction, redact
+
+    monkeypatch.setenv("MY_SERVICE_API_KEY", 'se"cr\\et-value-1')
+    value = {"prediction": {"answer": "36", "reasoning": text}, "trajectory": [{"turn": [text]}]}
+    assert redact(text) != text and needs_redaction(value)
+    assert may_need_redaction(json.dumps(value, ensure_ascii=False))
+
+
+def test_a_record_is_written_as_before_secret_or_not(monkeypatch):
+    """The fast path writes exactly what copying and masking every string writes."""
+    import json
+    from dataclasses import asdict, dataclass
+
+    from dspy_for.experiments.core import ItemResult
+    from dspy_for.secrets import needs_redaction, redact_obj
+
+    @dataclass
+    class Parsed:
+        value: int
+        note: str
+
+    monkeypatch.setenv("MY_SERVICE_API_KEY", 'se"cr\\et-value-1')
+    records = [ItemResult(str(n), "Wie viele Äpfel?", gold, {"answer": answer}, 1.0) for n, (gold, answer) in
+               enumerate([(3, "3"), ((1, 2), Parsed(1, "sk-abcdefgh12345678")), (None, object)])]  # fmt: skip
+    records += [ItemResult("t", "q", 1, {"answer": "2", "reasoning": t}, 0.0, judge={"why": t}) for t in SECRET_TEXTS]
+    for r in records:
+        data = asdict(r)
+        expected = json.dumps(redact_obj(data) if needs_redaction(data) else data, default=str, ensure_ascii=False)
+        assert r.to_json() == expected
+    assert "sk-abcdefgh12345678" not in "".join(r.to_json() for r in records)

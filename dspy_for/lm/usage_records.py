@@ -7,8 +7,9 @@ How calls get recorded into a :class:`Usage` is in :mod:`dspy_for.lm.recorder`.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -206,8 +207,31 @@ class Usage:
             u.roles[name] = RoleUsage(**{k: v for k, v in counters.items() if k in names})  # type: ignore[arg-type]
         return u
 
+    @classmethod
+    def summed(cls, usages: Iterable[Mapping[str, Mapping[str, float]]]) -> Usage:
+        """Stored usages (:meth:`to_dict`'s) added role by role, counter by counter, in order: what :meth:`merge` of
+        each one's :meth:`from_dict` gives, without building a :class:`Usage` per record (a table reads thousands)."""
+        sums: dict[str, dict[str, Any]] = {}
+        for usage in usages:
+            for role, counters in usage.items():
+                if role == "total":
+                    continue
+                acc = sums.get(role)
+                if acc is None:
+                    acc = sums[role] = dict(_role_zero())
+                for name, value in counters.items():
+                    if name in acc:
+                        acc[name] += value
+        return cls.from_dict(sums)
+
     def __bool__(self) -> bool:
         return True
+
+
+@functools.cache
+def _role_zero() -> dict[str, Any]:
+    """Each :class:`RoleUsage` counter at its starting value."""
+    return {f.name: f.default for f in fields(RoleUsage)}
 
 
 class UsageWarning(UserWarning):

@@ -7,13 +7,15 @@
 * :func:`cohens_kappa`: agreement of two raters' yes/no labels.
 * :func:`smallest_resolvable_difference`: the smallest paired accuracy difference n items can show.
 
-Where a well-kept library computes the same statistic, it does the arithmetic here: statsmodels for the Wilson
-interval, the exact McNemar test and Cohen's κ. The bootstraps stay ours (see their docstrings); every printed
-value is pinned by ``tests/stats/test_fixed.py``. For comparisons checked after every item, see
-:mod:`dspy_for.stats.sequential`.
+Where a well-kept library computes the same statistic, it does the arithmetic here: statsmodels for the exact
+McNemar test and Cohen's κ. The Wilson interval, which every comparison's table prints, is statsmodels'
+``proportion_confint(method="wilson")`` formula written out on scipy's normal quantile, step for step, so a table
+does not wait for statsmodels' imports; the tests hold it to statsmodels' own values. The bootstraps stay ours (see
+their docstrings); every printed value is pinned by ``tests/stats/test_fixed.py``. For comparisons checked after
+every item, see :mod:`dspy_for.stats.sequential`.
 
-statsmodels (with pandas and scipy.stats: about 1.5 s of imports) is imported when a statistic first needs it, not
-with this module: a command that prints no statistic does not wait for it.
+statsmodels (with pandas and scipy.stats: about 1.5 s of imports) is imported when a paired test or κ first needs it,
+not with this module: a command that prints no such statistic does not wait for it.
 """
 
 from __future__ import annotations
@@ -53,17 +55,22 @@ def _check_confidence(confidence: float) -> None:
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a proportion ``successes / n`` (Wilson 1927), computed by statsmodels'
-    ``proportion_confint(method="wilson")``; ``(0.0, 0.0)`` when ``n`` is 0."""
+    """Wilson score interval for a proportion ``successes / n`` (Wilson 1927); ``(0.0, 0.0)`` when ``n`` is 0.
+
+    The arithmetic of statsmodels' ``proportion_confint(method="wilson")``, in its order (its critical value is
+    ``norm.isf(alpha / 2)``, which is ``-ndtri(alpha / 2)``): the tests compare the two."""
     if n <= 0:
         return (0.0, 0.0)
     if not 0 <= successes <= n:
         raise ConfigError(f"`successes` must be between 0 and n={n}, got {successes}.")
     _check_confidence(confidence)
-    from statsmodels.stats.proportion import proportion_confint
-
-    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
     p = successes / n
+    crit = -float(ndtri((1 - confidence) / 2.0))
+    crit2 = crit**2
+    denom = 1 + crit2 / n
+    center = (p + crit2 / (2 * n)) / denom
+    dist = crit * math.sqrt(p * (1.0 - p) / n + crit2 / (4.0 * n**2)) / denom
+    low, high = center - dist, center + dist
     return (min(p, max(0.0, float(low))), max(p, min(1.0, float(high))))  # p inside, despite rounding
 
 

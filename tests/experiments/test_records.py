@@ -85,3 +85,35 @@ def test_a_method_whose_every_answer_the_cache_served_has_no_time_in_its_summary
     assert summary.seconds_per_item is None and "seconds_per_item" not in summary.metrics()
     seconds = next(c for c in COLUMNS if c.header == "s/item")
     assert seconds.cell(summary, None) == "-"
+
+
+def test_a_results_usage_is_every_records_usage_added_role_by_role():
+    """What the table reads: each role's counters summed over the scored records, as adding each record's
+    :class:`Usage` one by one gives (ints stay ints; a role's first record sets the roles' order)."""
+    import random
+    from dataclasses import fields
+
+    from dspy_for.lm.usage import RoleUsage, Usage
+
+    rng = random.Random(7)
+    names = [f.name for f in fields(RoleUsage)]
+    floats = {"wall_time", "cost_usd", "cached_cost_usd"}
+    items = []
+    for n in range(300):
+        usage = {
+            role: {
+                k: rng.random() if k in floats else rng.randint(0, 500) for k in rng.sample(names, rng.randint(1, 9))
+            }
+            for role in rng.sample(["task", "debater", "host"], rng.randint(0, 3))
+        }
+        usage["total"] = {"calls": 10**6}  # derived: never added again
+        items.append(
+            ItemResult(str(n), f"q{n}", n, {"answer": "1"}, 1.0, usage=usage, error="x" if n % 7 == 0 else None)
+        )
+    expected = Usage()
+    for item in items:
+        if item.error is None:
+            expected.merge(Usage.from_dict(item.usage))
+    got = MethodResult("m", items).usage
+    assert list(got.roles) == list(expected.roles) and got.roles == expected.roles
+    assert all(type(r.calls) is int for r in got.roles.values())

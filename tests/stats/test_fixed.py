@@ -104,6 +104,19 @@ def test_wilson_pinned(args, expected):
     assert wilson_interval(*args) == pytest.approx(expected, **APPROX)
 
 
+@pytest.mark.parametrize("confidence", [0.5, 0.9, 0.95, 0.99])
+def test_wilson_is_statsmodels_wilson(confidence):
+    """The interval every table prints is statsmodels' ``proportion_confint(method="wilson")``, written out."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    for n in (1, 2, 3, 7, 10, 50, 99, 100, 1319, 5000):
+        for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            low, high = proportion_confint(k, n, alpha=1 - confidence, method="wilson")
+            p = k / n
+            expected = (min(p, max(0.0, float(low))), max(p, min(1.0, float(high))))
+            assert wilson_interval(k, n, confidence) == pytest.approx(expected, rel=1e-14, abs=1e-15), (k, n)
+
+
 def test_wilson_rejects_bad_confidence():
     with pytest.raises(ConfigError, match="`confidence`"):
         wilson_interval(3, 10, confidence=1.5)

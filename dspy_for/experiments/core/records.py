@@ -20,8 +20,8 @@ import math
 import types
 import typing
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from dspy_for.experiments.core.keys import example_key, record_key, unit_keys
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.lm.pricing import Price
 from dspy_for.lm.usage import RoleUsage, Usage
-from dspy_for.secrets import needs_redaction, redact, redact_obj
+from dspy_for.secrets import may_need_redaction, needs_redaction, redact, redact_obj
 from dspy_for.stats import Spread, clustered_interval, mean_with_ci, reduce_epochs, spread
 
 __all__ = ["ItemResult", "MethodResult", "example_key", "record_key", "unit_keys"]
@@ -87,6 +87,11 @@ class ItemResult:
         return self.error is not None
 
     def to_json(self) -> str:
+        """The record as one JSON line, every secret masked. Written as it stands (a record with nothing a secret could
+        be: :func:`~dspy_for.secrets.may_need_redaction`), else copied and masked string by string."""
+        text = json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, default=_as_json, ensure_ascii=False)
+        if not may_need_redaction(text):
+            return text
         data = asdict(self)
         return json.dumps(redact_obj(data) if needs_redaction(data) else data, default=str, ensure_ascii=False)
 
@@ -111,6 +116,13 @@ class ItemResult:
         if wrong:
             raise ValueError(f"not a record: {', '.join(f'`{k}`' for k in wrong)} of another type")
         return cls(**{k: v for k, v in data.items() if k in shapes})
+
+
+def _as_json(value: Any) -> Any:
+    """What :func:`dataclasses.asdict` then ``default=str`` make of a value JSON has no form for."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return str(value)
 
 
 @functools.cache
@@ -245,7 +257,7 @@ class MethodResult:
     @property
     def usage(self) -> Usage:
         """Usage of the scored items (what the accuracy cost)."""
-        return _merged(item.usage for item in self.scored)
+        return Usage.summed(item.usage for item in self.scored)
 
     def per_item(self, counter: str = "served_tokens", role_name: str | None = None) -> float:
         """Mean per scored item of a usage counter (``served_tokens`` = what a cold run costs, ``tokens`` =
@@ -355,7 +367,7 @@ class MethodResult:
 
     @property
     def judge_usage(self) -> Usage:
-        return _merged(item.judge_usage for item in self.scored)
+        return Usage.summed(item.judge_usage for item in self.scored)
 
     def error_counts(self) -> Counter[str]:
         """Each distinct error (class and message, secrets masked) with how many items it failed."""
@@ -383,10 +395,3 @@ def _declared_cost(roles: Mapping[str, RoleUsage], prices: Mapping[str, Price]) 
         prices[name].cost(r.prompt_tokens + r.cached_prompt_tokens, r.completion_tokens + r.cached_completion_tokens)
         for name, r in called.items()
     )
-
-
-def _merged(usages: Iterable[dict[str, dict[str, float]]]) -> Usage:
-    total = Usage()
-    for usage in usages:
-        total.merge(Usage.from_dict(usage))
-    return total

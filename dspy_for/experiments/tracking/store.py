@@ -333,5 +333,6 @@ def log_table(run_id: str, rows: list[dict[str, Any]], name: str) -> None:
 
 
 @critical_write
-def log_figure(run_id: str, fig: Any, name: str) -> None:
-    client().log_figure(run_id, fig, name)
+def log_figure(run_id: str, path: Path) -> None:
+    """A plot already saved at ``path``, as the artifact ``path.name`` (the same file: not drawn a second time)."""
+    client().log_artifact(run_id, str(path))
