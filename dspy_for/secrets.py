@@ -16,10 +16,17 @@ from dspy_for.jsonwalk import leaves, walk
 __all__ = ["hide_password", "is_secret_key", "may_need_redaction", "needs_redaction", "redact", "redact_obj"]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|bearer|credential)", re.I)
-_SECRET_VALUE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|(?:hf|ghp|gho|xox[bap])_[A-Za-z0-9]{8,}|AKIA[0-9A-Z]{12,})")
-_BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\"]{6,}")
-#: the literal every match of ``_SECRET_VALUE`` begins with
-_MARKERS = ("sk-", "hf_", "ghp_", "gho_", "xoxb_", "xoxa_", "xoxp_", "AKIA")
+#: each secret-looking value: the literal it begins with, then the rest of its pattern (an API key, a token, an AWS key
+#: id). The literals are what :func:`may_need_redaction` looks for: no match is possible without one.
+_SECRET_SHAPES = (
+    ("sk-", r"[A-Za-z0-9_\-]{8,}"),
+    *((f"{prefix}_", r"[A-Za-z0-9]{8,}") for prefix in ("hf", "ghp", "gho", "xoxb", "xoxa", "xoxp")),
+    ("AKIA", r"[0-9A-Z]{12,}"),
+)
+_MARKERS = tuple(literal for literal, _ in _SECRET_SHAPES)
+_SECRET_VALUE = re.compile(r"\b(" + "|".join(re.escape(literal) + rest for literal, rest in _SECRET_SHAPES) + ")")
+_BEARER_WORD = "bearer"  # matched in any case
+_BEARER = re.compile(rf"(?i)({_BEARER_WORD}\s+)[^\s'\"]{{6,}}")
 
 
 @functools.lru_cache(maxsize=4096)  # a handful of names, asked for every record written
@@ -57,7 +64,7 @@ def may_need_redaction(text: str) -> bool:
     """False only when no JSON-like value whose :func:`json.dumps` (``ensure_ascii=False``) is ``text`` holds a
     string :func:`redact` would change: every pattern needs a literal (``sk-``, ``hf_``, ..., ``bearer`` in any case,
     a secret variable's value) that JSON's escaping, one character at a time, keeps. True says "look closer"."""
-    if any(marker in text for marker in _MARKERS) or "bearer" in text.lower():
+    if _has_pattern_literal(text):
         return True
     return any(v in text or json.dumps(v, ensure_ascii=False)[1:-1] in text for v in _secret_env_values())
 
@@ -65,11 +72,15 @@ def may_need_redaction(text: str) -> bool:
 def _redact(text: str, secrets: list[str]) -> str:
     for value in secrets:
         text = text.replace(value, "***")
-    if "bearer" in text.lower():
+    if _BEARER_WORD in text.lower():  # neither pattern can match without its literal
         text = _BEARER.sub(r"\1***", text)
-    if any(marker in text for marker in _MARKERS):  # the patterns below cannot match without one of them
+    if any(literal in text for literal in _MARKERS):
         text = _SECRET_VALUE.sub("***", text)
     return text
+
+
+def _has_pattern_literal(text: str) -> bool:
+    return any(literal in text for literal in _MARKERS) or _BEARER_WORD in text.lower()
 
 
 def hide_password(url: str | None) -> str | None:
