@@ -32,6 +32,7 @@ from dspy_for.experiments.advisor import MARGIN as ADVISE_MARGIN
 from dspy_for.experiments.advisor import advise as run_advise
 from dspy_for.experiments.advisor.report import advice_lines
 from dspy_for.experiments.comparison import compare as run_compare
+from dspy_for.experiments.core.heap import skip_final_collection
 from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.prepare import prepare_program
 from dspy_for.experiments.reports.plan import plan_lines, plan_table
@@ -364,7 +365,10 @@ app.command()(export)  # dspy_for/cli_export.py: a comparison's stored results t
 
 
 def main() -> None:
-    app()  # litellm's offline defaults are set already: `import dspy_for` applies dspy_for._offline
+    try:
+        app()  # litellm's offline defaults are set already: `import dspy_for` applies dspy_for._offline
+    finally:
+        skip_final_collection()  # the process ends here: its heap is not walked once more on the way out
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ through MLflow's span exporter):
   its ``start_trace`` / ``log_spans`` (a trace's info with its assessments in one call, its spans in one);
 - many traces in one store transaction: :mod:`dspy_for.compat.mlflow_batch`;
 - :func:`upload_spans` — ``TracingClient._upload_trace_data``: spans as an artifact, for stores without ``log_spans``;
+- :func:`warm_trace_store` — imports ``mlflow.store.tracking.sqlalchemy_store`` (what a database store's client loads);
 - :func:`start_live_span` — ``mlflow.entities.LiveSpan(otel_span, trace_id, span_type)`` over an OpenTelemetry
   tracer of our own (not the global one), ``mlflow.tracing.utils.generate_trace_id_v3`` for a root's trace id and
   ``LiveSpan._span`` (the OpenTelemetry span) as a child's parent context;
@@ -34,6 +35,7 @@ command) when the installed MLflow lacks any of them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
@@ -70,6 +72,7 @@ __all__ = [
     "trace_metadata",
     "tracing_client",
     "upload_spans",
+    "warm_trace_store",
 ]
 
 SUPPORTED = "mlflow>=3.5,<4"
@@ -161,6 +164,19 @@ def tracing_client(tracking_uri: str | None = None) -> Any:
     from mlflow.tracing.client import TracingClient
 
     return TracingClient(tracking_uri)
+
+
+#: what a tracing client of a database store imports on its first use
+_TRACE_STORE_MODULES = ("mlflow", "mlflow.tracing.client", "mlflow.store.tracking.sqlalchemy_store")
+
+
+def warm_trace_store() -> None:
+    """Import what :func:`tracing_client` of a database store loads on its first use (MLflow, its tracing client,
+    its SQL store): for a process that writes traces, before its first one arrives. A module another MLflow lays
+    out elsewhere is skipped (its first use imports what it needs)."""
+    for module in _TRACE_STORE_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
 
 
 def start_trace(client: Any, info: TraceInfo) -> TraceInfo:

@@ -43,7 +43,7 @@ def compare(
     spec = load_spec(spec_or_path, overrides, **kwargs)
     if spec.dry_run:  # the plan before the spend: no MLflow run, no LM
         return plan_compare(spec, spec.items_dir(store.tracking_root(spec.tracking_uri)))
-    root = store.setup_tracking(spec.tracking_uri, spec.experiment)  # an MLflow store that cannot be written: refused
+    root = store.setup_tracking(spec.tracking_uri, spec.experiment, traces=spec.traces)  # one not writable: refused
     run_dir = root / "compare" / spec.fingerprint()
     run_dir.mkdir(parents=True, exist_ok=True)
     examples = {d.name: load_examples(d) for d in spec.datasets}  # data that cannot be read: refused before any call

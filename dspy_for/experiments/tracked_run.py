@@ -135,7 +135,7 @@ class TrackedRun:
         self._stack.enter_context(interruptible())
         if self._own_run:
             assert self._name is not None
-            store.setup_tracking(self.spec.tracking_uri, self.spec.experiment)  # the store and experiment, once made
+            store.setup_tracking(self.spec.tracking_uri, self.spec.experiment, traces=self.spec.traces)  # once made
             _end_stale_runs(self.spec.experiment)
             self.run_id = store.start_run(self._name, self.spec.experiment, tags=self._tags)
             time_ = time.strftime("%Y-%m-%dT%H:%M:%S")

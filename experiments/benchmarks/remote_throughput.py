@@ -3,9 +3,10 @@ side by side, and a rate limit.
 
 A local OpenAI-compatible server (``dspy_for.testing.OpenAICompatibleServer``, 127.0.0.1 only) answers every call
 after ``--latency`` seconds, like a hosted model; the items are GSM8K questions read from ``DATA_DIR/gsm8k/
-train.jsonl`` (the upstream file) into a temporary JSONL, run with ``compare --data``. Each measurement is a whole
-process (interpreter start-up, imports, MLflow tracking, a fresh DSPy cache) timed from outside, so a number is what
-a user waits. The latency-bound ideal is calls × latency ÷ concurrency (the calls the server answered).
+train.jsonl`` (the upstream file) into a temporary JSONL, run with ``dspy-for compare --data`` (the command a user
+types, to its exit). Each measurement is a whole process (interpreter start-up, imports, MLflow tracking, a fresh
+DSPy cache) timed from outside, so a number is what a user waits. The latency-bound ideal is calls × latency ÷
+concurrency (the calls the server answered).
 
 1. ``evaluate``: CoT at two sizes in one run — 1,319 items × 64 threads and 100 × 16 — ``compare`` ÷ ``dspy.Evaluate``
    (goals at 1,319 × 64: ≤ 1.3 with per-item traces, ≤ 1.15 without), with and without MLflow traces, into a new
@@ -17,7 +18,7 @@ a user waits. The latency-bound ideal is calls × latency ÷ concurrency (the ca
    (goal ≤ 1.3).
 3. ``rate-limit``: CoT at 16 threads against an endpoint that takes 4 requests in flight and answers 429 with
    ``Retry-After: 1`` beyond: failed items (goal 0) and wall ÷ the rate-limited ideal (goal ≤ 1.5), for the whole
-   process, for the run alone (from ``compare()`` to its result: without interpreter start-up and imports) and for
+   process, for the command alone (from its start to its exit: without interpreter start-up and imports) and for
    its calls (the server's first request to its last answer: without the run's set-up and report).
 
     python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR            # all three, full size
@@ -65,22 +66,26 @@ options = {{ k = 4, temperature = 0.7 }}
 
 
 def _child_compare(args: argparse.Namespace) -> None:
-    from dspy_for.experiments import compare
+    """``dspy-for compare`` as a user types it, run to its exit: its own table and its exit code (non-zero when an item
+    failed). ``run_s``: the command alone, from its start to its exit, without interpreter start-up and imports."""
+    from dspy_for.cli import main as command
 
     methods = args.methods.split(",")
+    baseline = "cot" if "cot" in methods else methods[0]
+    uri = ["--tracking-uri", args.tracking_uri] if args.tracking_uri else []
+    traces = "--no-traces" if args.no_traces else "--traces"
+    sys.argv = ["dspy-for", "compare", args.config, "--data", args.data, "--methods", args.methods,
+                "--baseline", baseline, traces, *uri]  # fmt: skip
     start = time.perf_counter()
-    result = compare(
-        args.config,
-        data=args.data,
-        methods=methods,
-        baseline="cot" if "cot" in methods else methods[0],
-        tracking_uri=args.tracking_uri,
-        traces=not args.no_traces,
-    )
-    run_s = time.perf_counter() - start  # the run itself: from compare() to its result, without start-up
-    failed = result.n_failed
-    items = sum(r.n for d in result.results.values() for r in d.values())
-    print(json.dumps({"failed": failed, "items": items, "run_s": run_s}))
+    try:
+        command()
+        code: Any = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    run_s = time.perf_counter() - start
+    # an exit of 0 means no item failed (a run with a failed item exits non-zero); otherwise the count is the table's
+    print(json.dumps({"failed": 0 if code == 0 else f"? (exit {code})", "run_s": run_s}))
+    sys.exit(code)
 
 
 def _correct(answer: object, gold: object) -> bool:
@@ -229,7 +234,7 @@ def _evaluate_rows(
         run = ("compare" if traces else "compare --no-traces") + (", existing store" if existing else ", new store")
         run += ", traces by a thread" if writer == "thread" else ""
         alone, calls = report["run_s"], report["calls_s"]
-        ratio = f"{wall / ev_wall:.2f} × Evaluate; the run alone {alone:.1f} s, its calls {calls:.1f} s"
+        ratio = f"{wall / ev_wall:.2f} × Evaluate; the command alone {alone:.1f} s, its calls {calls:.1f} s"
         goal = "" if genai else f"≤ {TRACED_GOAL}" if traces else f"≤ {GOALS['evaluate']}"  # (the goals' size)
         rows.append([what, run, f"{wall:.1f}", f"{ideal:.1f}", str(report["failed"]), ratio, goal])
     if genai:
@@ -303,7 +308,7 @@ def main() -> None:
                         f"{wall:.1f}",
                         f"{ideal:.1f}",
                         str(report["failed"]),
-                        f"{wall / ideal:.2f} × ideal ({limited} × 429); the run alone {report['run_s']:.1f} s = "
+                        f"{wall / ideal:.2f} × ideal ({limited} × 429); the command alone {report['run_s']:.1f} s = "
                         f"{report['run_s'] / ideal:.2f} ×; its calls {report['calls_s']:.1f} s = "
                         f"{report['calls_s'] / ideal:.2f} ×",
                         "0 failed, ≤ 1.5",

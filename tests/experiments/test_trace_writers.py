@@ -6,12 +6,14 @@ writer process that dies hands every trace it had not stored to a thread of the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -261,3 +263,33 @@ def _shown(trace: Any) -> dict[str, Any]:
                    s.inputs, s.outputs, s.status.status_code, s.end_time_ns - s.start_time_ns)
                   for s in sorted(trace.data.spans, key=lambda s: s.start_time_ns)],
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("traces", [True, False])
+def test_tracking_with_traces_starts_the_writer_first(tmp_path, monkeypatch, traces):
+    """``setup_tracking(..., traces=True)`` starts the trace writer before MLflow is set up (its own start-up, a
+    process importing MLflow and its store, then runs beside the run's); without traces none is started."""
+    import mlflow
+
+    order: list[str] = []
+    monkeypatch.setattr(writer_module, "trace_writer", lambda: order.append("writer"))
+    real = mlflow.set_tracking_uri
+    monkeypatch.setattr(mlflow, "set_tracking_uri", lambda uri: (order.append("mlflow"), real(uri)))
+    setup_tracking(f"sqlite:///{tmp_path}/mlruns/mlflow.db", "early", traces=traces)
+    assert order == (["writer", "mlflow"] if traces else ["mlflow"])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads a process's memory map (Linux)")
+def test_the_writer_process_imports_mlflow_before_its_first_trace():
+    """A new writer process, sent nothing, imports MLflow and its SQL store at once: SQLite's module, which the
+    writer's own start-up does not load, is mapped into it (read from its memory map)."""
+    writer = TraceWriter("process")
+    assert writer.mode == "process" and writer._process is not None
+    pid = writer._process.pid
+    deadline = time.monotonic() + 60
+    loaded = False
+    while not loaded and time.monotonic() < deadline:
+        time.sleep(0.2)
+        with contextlib.suppress(OSError):
+            loaded = "_sqlite3" in Path(f"/proc/{pid}/maps").read_text()
+    assert loaded

@@ -181,7 +181,7 @@ def _run(
     def expired() -> bool:
         return time.monotonic() >= deadline
 
-    root = store.setup_tracking(spec.tracking_uri, spec.experiment)
+    root = store.setup_tracking(spec.tracking_uri, spec.experiment, traces=spec.traces)
     items_dir = spec.items_dir(root)
     check_results_dir(items_dir, lambda: plan_advise(spec, order, items_dir, pilot=asked["pilot"]))
     advice = new_advice(spec, d, asked, root / "advise", pilot_items=min(asked["pilot"], len(order)))

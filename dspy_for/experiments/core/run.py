@@ -33,6 +33,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.compat.dspy import warm_completion_path
+from dspy_for.experiments.core.heap import frozen_heap
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import Metric, PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult, example_key, record_key
@@ -307,29 +308,30 @@ def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None) -> I
                 yield (plan, *plan.evaluation._run_item(unit))
         return
     warm_completion_path(lm for p in plans for lm in p.evaluation.run.lms)  # imports paid here, not in the threads
-    pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="dspy-for-item")
-    todo: WorkQueue[_Plan, _Unit] = WorkQueue([(p, p.fresh) for p in plans], _prior_calls)
-    pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
+    with frozen_heap():  # what exists now (modules, programs, data) is not walked by the collector meanwhile
+        pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="dspy-for-item")
+        todo: WorkQueue[_Plan, _Unit] = WorkQueue([(p, p.fresh) for p in plans], _prior_calls)
+        pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
 
-    def start_next() -> None:  # one item per free thread, so none waits in a queue to start after a halt
-        picked = todo.next(lambda plan: plan.may_start(limit))
-        if picked is not None:
-            plan, unit = picked
-            pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, unit)] = plan
+        def start_next() -> None:  # one item per free thread, so none waits in a queue to start after a halt
+            picked = todo.next(lambda plan: plan.may_start(limit))
+            if picked is not None:
+                plan, unit = picked
+                pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, unit)] = plan
 
-    for _ in range(num_threads):
-        start_next()
-    try:
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                plan = pending.pop(future)
-                record, calls = future.result()
-                todo.finished(plan, calls)
-                yield plan, record, calls
-                start_next()
-    finally:  # interrupted: start nothing more; items already running end in the background
-        pool.shutdown(wait=False, cancel_futures=True)
+        for _ in range(num_threads):
+            start_next()
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    plan = pending.pop(future)
+                    record, calls = future.result()
+                    todo.finished(plan, calls)
+                    yield plan, record, calls
+                    start_next()
+        finally:  # interrupted: start nothing more; items already running end in the background
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass

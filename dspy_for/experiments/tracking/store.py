@@ -85,13 +85,19 @@ def tracking_root(uri: str | None) -> Path:
     return Path(uri[len("sqlite:///") :]).parent if uri.startswith("sqlite:///") else Path("mlruns")
 
 
-def setup_tracking(uri: str | None, experiment: str) -> Path:
+def setup_tracking(uri: str | None, experiment: str, *, traces: bool = False) -> Path:
     """Point MLflow at ``uri`` (or $MLFLOW_TRACKING_URI, or the default store) and experiment ``experiment``;
     return the directory beside the store where dspy-for keeps its own files (``mlruns/`` by default).
 
     The store is created (tables, experiment) under a file lock: two first runs at once on a fresh
-    ``mlruns/`` both succeed instead of racing on MLflow's table creation.
+    ``mlruns/`` both succeed instead of racing on MLflow's table creation. ``traces``: the run writes per-item
+    traces, so the trace writer (:func:`~dspy_for.experiments.tracking.writer.trace_writer`) starts first: its own
+    start-up, a process importing MLflow and its store, runs beside this process's.
     """
+    if traces:
+        from dspy_for.experiments.tracking.writer import trace_writer
+
+        trace_writer()
     import mlflow
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()

@@ -8,8 +8,9 @@
 The writer is a **process** of its own (``python -c`` :data:`_BOOT`, in a session of its own, so Ctrl-C in the
 terminal stops the run, not the writer): the threads waiting on the LM never share an interpreter lock with the
 tracking store's work — building each trace, and storing the traces many per store transaction
-(:func:`~.traces.write_traces`) as they arrive. It reads everything sent as it is sent (a thread of its own, started
-before its imports), stores what it has as soon as it can (each batch committed: at most :data:`BATCH` traces, one
+(:func:`~.traces.write_traces`) as they arrive. It is started with the run's tracking
+(:func:`~.store.setup_tracking` with ``traces``) and imports MLflow and its store at once, beside the run's own
+start-up. It reads everything sent as it is sent (a thread of its own, started before its imports), stores what it has as soon as it can (each batch committed: at most :data:`BATCH` traces, one
 transaction) and says which are stored; after the run's process is gone (killed), it stores what it received, then
 exits. So an interrupted or killed run keeps the trace of every record it landed (the sink is given a record before
 the results store). A trace the store refuses is a warning naming its item; after :data:`GIVE_UP` failed batches of
@@ -155,11 +156,21 @@ def serve(conn: Any, inbox: queue.SimpleQueue[bytes | None]) -> None:
             conn.send(message)
 
     batcher = _Batcher(reply)
+    _warm()  # what the first batch needs, imported while the run starts (what arrives meanwhile is read)
     while True:
         raw = _waiting(inbox)
         batcher.handle([pickle.loads(r) for r in raw if r is not None])
         if None in raw:
             return
+
+
+def _warm() -> None:
+    """Import what storing the first traces needs: MLflow and its store (:func:`~dspy_for.compat.mlflow.
+    warm_trace_store`), and building them."""
+    from dspy_for.compat import mlflow as compat
+    from dspy_for.experiments.tracking import traces  # noqa: F401
+
+    compat.warm_trace_store()
 
 
 def _waiting(inbox: queue.SimpleQueue[Any]) -> list[Any]:

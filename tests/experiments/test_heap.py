@@ -1,0 +1,144 @@
+"""The garbage collector around a run (:mod:`dspy_for.experiments.core.heap`): while a run's items run, what existed
+before them is out of the collector's passes; after the run it is back, so nothing made garbage meanwhile stays; the
+command line ends with its heap frozen, so the interpreter does not walk it once more on its way out."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import threading
+import weakref
+
+import pytest
+
+import dspy_for.experiments.core.prepare as prepare_mod
+from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
+from dspy_for.experiments.core import Evaluation, prepare_run
+from dspy_for.experiments.core.heap import frozen_heap
+from dspy_for.testing import OpenAICompatibleServer, ScriptedLM
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+@pytest.fixture(autouse=True)
+def _no_frozen_heap():
+    assert gc.get_freeze_count() == 0, "a test before this one left the heap frozen"
+    yield
+    gc.unfreeze()
+
+
+def test_the_heap_is_frozen_inside_and_back_after():
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_garbage_made_during_the_block_is_collected_after_it():
+    node = _Node()
+    gone = weakref.ref(node)
+    with frozen_heap():
+        del node
+        gc.collect()
+        assert gone() is not None  # frozen: not walked while the block runs
+    gc.collect()
+    assert gone() is None  # back in the collector's reach: collected
+
+
+def test_a_process_that_froze_objects_itself_is_left_as_it_is():
+    gc.freeze()
+    mine = gc.get_freeze_count()
+    with frozen_heap():
+        assert gc.get_freeze_count() == mine
+    assert gc.get_freeze_count() == mine  # not unfrozen behind its back
+
+
+def test_a_process_with_its_collector_off_is_left_as_it_is():
+    gc.disable()
+    try:
+        with frozen_heap():
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+
+
+def _cot_run(spec_lm: str, threads: int, **options: str):
+    data = DatasetConfig("gsm8k", "sample", first=6)
+    method = MethodConfig("cot")
+    spec = ExperimentSpec(
+        lm=spec_lm, lm_options=options, datasets=[data], methods=[method], cache=False, num_threads=threads
+    )
+    return prepare_run(spec, data, method)
+
+
+def test_items_run_with_the_heap_frozen_and_it_is_back_after(monkeypatch):
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def responder(messages, max_tokens):
+        with lock:
+            seen.append(gc.get_freeze_count())
+        return {"reasoning": "r", "answer": "1"}
+
+    monkeypatch.setattr(prepare_mod, "make_lm", lambda spec, **options: ScriptedLM(responder, delay=0.05))
+    run = _cot_run("openai/fake", threads=3)
+    with Evaluation(run, progress=False) as ev:
+        landed = ev.feed(run.examples)
+    assert len(landed) == 6 and all(not i.error for i in landed)
+    assert len(seen) == 6 and min(seen) > 0  # every call ran with what existed before the run frozen
+    assert gc.get_freeze_count() == 0
+
+
+def test_items_run_with_the_heap_frozen_against_a_server(monkeypatch):
+    """A plain ``dspy.LM`` against the OpenAI-compatible test server: the server's handler (a thread of this
+    process) sees the heap frozen at every request; after the run it is not."""
+    seen: list[int] = []
+
+    def responder(messages, max_tokens):
+        seen.append(gc.get_freeze_count())
+        return {"reasoning": "r", "answer": "1"}
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with OpenAICompatibleServer(responder) as server:
+        run = _cot_run("openai/test-model", threads=3, api_base=server.base_url)
+        with Evaluation(run, progress=False) as ev:
+            landed = ev.feed(run.examples)
+        models = {r["model"] for r in server.requests}
+    assert len(landed) == 6 and all(not i.error for i in landed)
+    assert models == {"test-model"}
+    assert len(seen) == 6 and min(seen) > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_one_thread_runs_as_before():
+    """One thread runs items in the caller's thread, as they come: nothing is frozen."""
+    seen: list[int] = []
+
+    def responder(messages, max_tokens):
+        seen.append(gc.get_freeze_count())
+        return {"reasoning": "r", "answer": "1"}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(prepare_mod, "make_lm", lambda spec, **options: ScriptedLM(responder))
+        run = _cot_run("openai/fake", threads=1)
+        with Evaluation(run, progress=False) as ev:
+            ev.feed(run.examples)
+    assert seen == [0] * 6
+
+
+def test_the_command_line_ends_with_its_heap_frozen():
+    code = (
+        "import gc, sys\n"
+        "from dspy_for.cli import main\n"
+        "sys.argv = ['dspy-for', '--help']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code, 'frozen', gc.get_freeze_count())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    words = out.stdout.split()[-4:]  # after the help text
+    assert words[:3] == ["exit", "0", "frozen"] and int(words[3]) > 0
