@@ -2,9 +2,9 @@
 while they run.
 
 A run's heap is mostly what exists before its first item: the modules of DSPy, MLflow and their dependencies, the
-program, the data (some 300,000 objects for a CoT run). CPython's collector walks all of it on every full pass, and
-each pass holds the interpreter lock that the item threads need: at 64 threads and 1,319 items, eight full passes
-took 1.2 s of a 20 s run. :func:`frozen_heap` moves those objects out of the collector's reach for the run
+program, the data (300,000–450,000 objects for a CoT run). CPython's collector walks all of it on every full pass,
+and each pass holds the interpreter lock that the item threads need: at 64 threads and 1,319 items, nine full passes
+took 1.3–1.6 s of a 20 s run. :func:`frozen_heap` moves those objects out of the collector's reach for the run
 (:func:`gc.freeze`) and back after (:func:`gc.unfreeze`), so the collector walks only what the run itself makes; what
 became garbage meanwhile is collected once they are back. :func:`skip_final_collection` does the same for good just
 before a command-line process exits, so the interpreter does not walk the whole heap once more on its way out.
