@@ -23,6 +23,11 @@ concurrency (the calls the server answered).
 
     python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR            # all three, full size
     python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR --quick    # tiny sizes: it runs, no numbers
+    python experiments/benchmarks/remote_throughput.py --data-dir DATA_DIR --only evaluate --repeats 3
+
+One whole process varies by 15–20 % from run to run on a small machine: ``--repeats N`` runs ``evaluate``'s processes
+N times in turn (Evaluate, then each compare, then again) and shows each row's mean wall with its range, the ratios
+between means.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -218,25 +224,35 @@ def _evaluate_rows(
     args: argparse.Namespace, server: Any, data: Path, threads: int, work: Path, genai: bool
 ) -> list[list[str]]:
     """CoT on ``data`` at ``threads``: dspy.Evaluate, then compare with and without traces into a new and an existing
-    store (traces also by a thread), and with ``genai`` mlflow.genai.evaluate; one row each, ratios to Evaluate."""
+    store (traces also by a thread), ``--repeats`` rounds of them in turn, and with ``genai`` mlflow.genai.evaluate
+    once; one row each, its wall the rounds' mean (their range beside it), ratios to Evaluate's mean."""
     n = len(data.read_text().splitlines())
-    ev_wall, ev_report, ev_calls = _run("evaluate", server, data, threads, work)
+    runs = [(t, e, "process") for e in (False, True) for t in (True, False)] + [(True, True, "thread")]
+    measured: dict[Any, list[tuple[float, dict[str, Any]]]] = {"evaluate": [], **{r: [] for r in runs}}
+    ev_calls = 0
+    for _ in range(args.repeats):  # in turn, so that a slower stretch of the machine falls on every run alike
+        wall, report, ev_calls = _run("evaluate", server, data, threads, work)
+        measured["evaluate"].append((wall, report))
+        for traces, existing, writer in runs:
+            wall, report, _ = _run("compare", server, data, threads, work, traces=traces, existing_store=existing,
+                                   writer=writer)  # fmt: skip
+            measured[(traces, existing, writer)].append((wall, report))
     ideal = ev_calls * args.latency / threads
     what = f"CoT {n} items × {threads} threads"
-    rows = [[what, "dspy.Evaluate", f"{ev_wall:.1f}", f"{ideal:.1f}", str(ev_report["failed"]),
+    ev_wall, ev_report = _mean(measured["evaluate"])
+    rows = [[what, "dspy.Evaluate", _walls(measured["evaluate"]), f"{ideal:.1f}", ev_report["failed"],
              f"its calls {ev_report['calls_s']:.1f} s", ""]]  # fmt: skip
     traced: list[float] = []
-    runs = [(t, e, "process") for e in (False, True) for t in (True, False)] + [(True, True, "thread")]
     for traces, existing, writer in runs:
-        wall, report, _ = _run("compare", server, data, threads, work, traces=traces, existing_store=existing,
-                               writer=writer)  # fmt: skip
+        wall, report = _mean(measured[(traces, existing, writer)])
         traced += [wall] if traces and writer == "process" else []
         run = ("compare" if traces else "compare --no-traces") + (", existing store" if existing else ", new store")
         run += ", traces by a thread" if writer == "thread" else ""
         alone, calls = report["run_s"], report["calls_s"]
         ratio = f"{wall / ev_wall:.2f} × Evaluate; the command alone {alone:.1f} s, its calls {calls:.1f} s"
         goal = "" if genai else f"≤ {TRACED_GOAL}" if traces else f"≤ {GOALS['evaluate']}"  # (the goals' size)
-        rows.append([what, run, f"{wall:.1f}", f"{ideal:.1f}", str(report["failed"]), ratio, goal])
+        rows.append([what, run, _walls(measured[(traces, existing, writer)]), f"{ideal:.1f}", report["failed"], ratio,
+                     goal])  # fmt: skip
     if genai:
         wall, report, _ = _run("genai", server, data, threads, work)
         ratios = ", ".join(f"{w / wall:.2f}" for w in traced)
@@ -245,12 +261,33 @@ def _evaluate_rows(
     return rows
 
 
+def _mean(runs: list[tuple[float, dict[str, Any]]]) -> tuple[float, dict[str, Any]]:
+    """The rounds' mean wall, and a report of their mean times; its ``failed``: each round's, joined when they differ
+    (a round whose count is unknown shows ``?``)."""
+    failed = sorted({str(r["failed"]) for _, r in runs})
+    report: dict[str, Any] = {"failed": "/".join(failed)}
+    for key in ("run_s", "calls_s"):
+        if all(key in r for _, r in runs):
+            report[key] = statistics.fmean(float(r[key]) for _, r in runs)
+    return statistics.fmean(w for w, _ in runs), report
+
+
+def _walls(runs: list[tuple[float, dict[str, Any]]]) -> str:
+    """The mean wall, with the rounds' range when there are several: ``20.0 (18.3–21.0)``."""
+    walls = [w for w, _ in runs]
+    mean = statistics.fmean(walls)
+    return f"{mean:.1f}" if len(walls) == 1 else f"{mean:.1f} ({min(walls):.1f}–{max(walls):.1f})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", type=Path, help="Directory with the upstream gsm8k/train.jsonl.")
     ap.add_argument("--latency", type=float, default=0.5, help="Seconds the server takes to answer each call.")
     ap.add_argument("--quick", action="store_true", help="Tiny sizes, to check it runs (numbers mean nothing).")
     ap.add_argument("--only", choices=sorted(GOALS), help="Run one measurement.")
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="Rounds of `evaluate`'s runs, in turn; each row shows their mean."
+    )
     ap.add_argument("--child", choices=["compare", "evaluate", "genai"], help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
@@ -265,6 +302,8 @@ def main() -> None:
         return children[args.child](args)
     if args.data_dir is None:
         ap.error("--data-dir DATA_DIR is required (the directory holding gsm8k/train.jsonl)")
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1, got {args.repeats}: pass --repeats 1 (the default) or more")
 
     from dspy_for.testing import OpenAICompatibleServer, for_responder
 
