@@ -90,3 +90,22 @@ def test_a_record_is_written_as_before_secret_or_not(monkeypatch):
         expected = json.dumps(redact_obj(data) if needs_redaction(data) else data, default=str, ensure_ascii=False)
         assert r.to_json() == expected
     assert "sk-abcdefgh12345678" not in "".join(r.to_json() for r in records)
+
+
+CLEAN_TEXTS = [
+    "the answer is 36",
+    "sk-short",  # a literal without a secret after it: looked at, not masked
+    "a bearer of bad news",
+    "Ähm, 12 × 3 = 36\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", SECRET_TEXTS + CLEAN_TEXTS)
+def test_needs_redaction_says_what_masking_would_do(monkeypatch, text):
+    """Its quick answer (nothing masking looks for is there) and its full one agree with masking itself."""
+    from dspy_for.secrets import needs_redaction, redact_obj
+
+    monkeypatch.setenv("MY_SERVICE_API_KEY", 'se"cr\\et-value-1')
+    value = {"item": {"prediction": {"answer": text}, "usage": {"calls": 1}}, "calls": [{"inputs": [text, None]}]}
+    assert needs_redaction(value) == (redact_obj(value) != value)
