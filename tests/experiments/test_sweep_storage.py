@@ -94,8 +94,8 @@ def _kill_one_mid_trial(tmp_path, spec, monkeypatch):
         running = [
             t
             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t.user_attrs.get("worker", "").endswith(f":{victim.pid}") and t.params
-        ]
+            if t.user_attrs.get("worker", "").endswith(f":{victim.pid}") and set(t.params) == {"rounds", "host"}
+        ]  # killed once its parameters are drawn (both: the retry runs with exactly those)
         if running:
             break
         time.sleep(0.1)

@@ -30,7 +30,7 @@ def _client(spec: SweepSpec) -> tuple[Any, str]:
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    tracking.setup_tracking(spec.tracking_uri, spec.experiment, traces=spec.traces)
+    tracking.setup_tracking(spec.tracking_uri, spec.experiment)
     return MlflowClient(mlflow.get_tracking_uri()), tracking.experiment_id(spec.experiment)
 
 
