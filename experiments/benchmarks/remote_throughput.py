@@ -73,9 +73,18 @@ options = {{ k = 4, temperature = 0.7 }}
 
 def _child_compare(args: argparse.Namespace) -> None:
     """``dspy-for compare`` as a user types it, run to its exit: its own table and its exit code (non-zero when an item
-    failed). ``run_s``: the command alone, from its start to its exit, without interpreter start-up and imports."""
-    from dspy_for.cli import main as command
+    failed). ``run_s``: the command alone, from its start to its exit, without interpreter start-up and imports;
+    ``failed``: the failed items of the comparison it ran (``?`` when it exited before one)."""
+    import dspy_for.cli as cli
 
+    ran: list[Any] = []
+    real = cli.run_compare
+
+    def kept(*a: Any, **k: Any) -> Any:  # the command's own call, its result kept for its count of failed items
+        ran.append(real(*a, **k))
+        return ran[-1]
+
+    cli.run_compare = kept
     methods = args.methods.split(",")
     baseline = "cot" if "cot" in methods else methods[0]
     uri = ["--tracking-uri", args.tracking_uri] if args.tracking_uri else []
@@ -84,13 +93,13 @@ def _child_compare(args: argparse.Namespace) -> None:
                 "--baseline", baseline, traces, *uri]  # fmt: skip
     start = time.perf_counter()
     try:
-        command()
+        cli.main()
         code: Any = 0
     except SystemExit as exc:
         code = exc.code or 0
     run_s = time.perf_counter() - start
-    # an exit of 0 means no item failed (a run with a failed item exits non-zero); otherwise the count is the table's
-    print(json.dumps({"failed": 0 if code == 0 else f"? (exit {code})", "run_s": run_s}))
+    failed = ran[0].n_failed if ran else f"? (exit {code})"
+    print(json.dumps({"failed": failed, "run_s": run_s}))
     sys.exit(code)
 
 

@@ -165,8 +165,8 @@ def serve(conn: Any, inbox: queue.SimpleQueue[bytes | None]) -> None:
 
 
 def _warm() -> None:
-    """Import what storing the first traces needs: MLflow and its store (:func:`~dspy_for.compat.mlflow.
-    warm_trace_store`), and building them."""
+    """Import what building and storing the first traces needs: MLflow and its store
+    (:func:`~dspy_for.compat.mlflow.warm_trace_store`), and this package's trace builder."""
     from dspy_for.compat import mlflow as compat
     from dspy_for.experiments.tracking import traces  # noqa: F401
 
