@@ -7,6 +7,7 @@ writer process that dies hands every trace it had not stored to a thread of the 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -37,7 +38,7 @@ def _run() -> Any:
 
 
 def _payload(item: str) -> dict[str, Any]:
-    return {"item": {"id": item}, "calls": [], "reused": False}
+    return {"item": json.dumps({"id": item}), "id": item, "calls": [], "reused": False}
 
 
 def _context(run_id: str = "run", **kw: Any) -> TraceContext:
@@ -50,7 +51,7 @@ def _context(run_id: str = "run", **kw: Any) -> TraceContext:
 def thread_writer(monkeypatch):
     """A writer thread of this process (what the patches below reach), with traces built from their item id."""
     monkeypatch.setitem(writer_module._WRITER, "writer", TraceWriter("thread"))
-    built = lambda ctx, payload: (SimpleNamespace(id=payload["item"]["id"], trace_id=f"tr-{payload['item']['id']}"), [])  # noqa: E731
+    built = lambda ctx, payload: (SimpleNamespace(id=payload["id"], trace_id=f"tr-{payload['id']}"), [])  # noqa: E731
     monkeypatch.setattr(traces, "build_trace", built)
     monkeypatch.setattr(sink_module.traces, "trace_context", lambda run, run_id: _context(run_id))
     monkeypatch.setattr(sink_module.traces, "item_payload", lambda landed, method: _payload(landed.item.id))
@@ -126,8 +127,6 @@ def tracked(tmp_path, monkeypatch):
 
 def _item_payloads(n: int, tag: str, timed: bool = False) -> list[dict[str, Any]]:
     """``n`` records as a sink hands them over; ``timed``: each with its start and one LM call span."""
-    from dataclasses import asdict
-
     from dspy_for.experiments.core import ItemResult
 
     t0 = 1_800_000_000.0
@@ -139,7 +138,7 @@ def _item_payloads(n: int, tag: str, timed: bool = False) -> list[dict[str, Any]
         call = {"name": "task", "inputs": {"messages": [{"role": "user", "content": f"q{i}?"}]}, "outputs": ["1"],
                 "attributes": {"dspy_for.role": "task"}, "error": None, "start_ns": int((t0 + i) * 1e9),
                 "end_ns": int((t0 + i + 0.4) * 1e9), "chat": True}  # fmt: skip
-        out.append({"item": asdict(item), "calls": [call] if timed else [], "reused": False})
+        out.append({"item": item.to_json(), "id": item.id, "calls": [call] if timed else [], "reused": False})
     return out
 
 

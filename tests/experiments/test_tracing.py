@@ -30,7 +30,7 @@ from dspy_for.experiments.tracking.sink import MlflowSink
 from dspy_for.experiments.tracking.spans import call_spans
 from dspy_for.experiments.tracking.store import setup_tracking, start_run
 from dspy_for.lm.usage import CallContent, CallRecord
-from dspy_for.testing import ScriptedLM, for_responder, system_text, user_text
+from dspy_for.testing import OpenAICompatibleServer, ScriptedLM, for_responder, system_text, user_text
 
 CANARY = "sk-canary-DO-NOT-LEAK-0123456789abcdef"
 FAIL_ON = "bakery"  # the second sample item: its LM calls fail
@@ -262,6 +262,39 @@ def test_a_trace_is_written_as_its_item_lands(live):
 
     _, run_id = live(ScriptedLM(watching), "live")
     assert seen == [1] and len(_traces_of(run_id)) == 2
+
+
+@pytest.mark.parametrize("lm_kind", ["scripted", "server"])
+def test_a_record_is_made_into_its_line_once_for_the_store_and_its_trace(live, tmp_path, monkeypatch, lm_kind):
+    """Each landed record is turned into its masked JSON line once; the results store writes that line and the trace
+    is built from the very same text (a ScriptedLM, and a plain ``dspy.LM`` against the test server)."""
+    import dspy
+
+    made: list[str] = []
+    real_line = ItemResult.to_json
+    monkeypatch.setattr(ItemResult, "to_json", lambda self: made.append(self.id) or real_line(self))
+    handed: list[dict] = []
+    real_payload = tracing.item_payload
+    monkeypatch.setattr(
+        tracing, "item_payload", lambda landed, method: handed.append(real_payload(landed, method)) or handed[-1]
+    )
+    if lm_kind == "scripted":
+        result, run_id = live(ScriptedLM(responder), "once")
+        models = {"scripted"}
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        with OpenAICompatibleServer(responder) as server:
+            result, run_id = live(dspy.LM("openai/test-model", api_base=server.base_url, cache=False), "once")
+            models = {r["model"] for r in server.requests}
+        assert models == {"test-model"}
+    assert sorted(made) == sorted(i.id for i in result.items)  # once per record, for every sink
+    stored = (tmp_path / "items.jsonl").read_text(encoding="utf-8").splitlines()
+    assert all(isinstance(p["item"], str) for p in handed)
+    assert sorted(p["item"] for p in handed) == sorted(stored)  # the trace's record is the stored line itself
+    traces = _by_item(_traces_of(run_id))
+    assert set(traces) == {i.id for i in result.items}
+    for item in result.items:
+        assert json.loads(traces[item.id].info.request_preview) == {"question": item.question}
 
 
 def test_a_reused_item_says_so_points_to_its_origin_and_has_no_call_spans(live):

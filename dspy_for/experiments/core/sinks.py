@@ -3,6 +3,7 @@ record, the progress bar, and SIGTERM turned into an interrupt so every sink clo
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -41,6 +42,12 @@ class Landed:
     calls: tuple[CallRecord, ...]  # this run's LM calls for the item (method, then judge), in order; () if reused
     reused: bool  # taken from the results store, not run now
     changed: bool  # a new record or a new verdict: the results store keeps it
+
+    @functools.cached_property
+    def line(self) -> str:
+        """The record as one JSON text, every secret masked (:meth:`~.records.ItemResult.to_json`): made once, for
+        every sink that writes it (the results store, the trace writer)."""
+        return self.item.to_json()
 
 
 class Sink(Protocol):

@@ -139,19 +139,23 @@ class ResultStore:
 
     def append(self, item: ItemResult) -> None:
         """Write one record, whole, and hand it to the OS at once (a killed process loses none)."""
+        self._write(item.to_json())
+
+    def add(self, landed: Landed) -> None:
+        """As a sink of the run core: keep every new record (and every new verdict on a stored one), as its line
+        (:attr:`~.sinks.Landed.line`, made once for every sink)."""
+        if landed.changed:
+            self._write(landed.line)
+
+    def _write(self, line: str) -> None:
         if self.read_only:
             raise PathError(f"{self.path} cannot be written (its folder is read-only): run on a folder you can write.")
-        line = (item.to_json() + "\n").encode("utf-8")
+        data = (line + "\n").encode("utf-8")
         with self._write_lock:
             if self._file is None or self._file.closed:
                 self._file = self.path.open("ab")
-            self._file.write(line)
+            self._file.write(data)
             self._file.flush()
-
-    def add(self, landed: Landed) -> None:
-        """As a sink of the run core: keep every new record (and every new verdict on a stored one)."""
-        if landed.changed:
-            self.append(landed.item)
 
     def close(self, result: MethodResult | None = None, status: RunStatus | None = None) -> None:
         """Close the file (every record was written, whole, as it landed)."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat import mlflow as compat
@@ -133,14 +132,15 @@ def write_traces(ctx: TraceContext, built: Sequence[tuple[TraceInfo, list[Span]]
 
 
 def item_payload(landed: Landed, method: str | None) -> dict[str, Any]:
-    """What :func:`build_trace` needs of one landed record, as plain data with every text masked: the record, each LM
-    call's span (named by ``method``'s registry entry, :func:`~.spans.call_spans`: its name, what it sent and
-    returned, its attributes, error and times) and whether it was reused."""
+    """What :func:`build_trace` needs of one landed record, as plain data with every text masked: the record (its
+    results line, :attr:`~dspy_for.experiments.core.sinks.Landed.line`, made once for the store and the trace) and its
+    id, each LM call's span (named by ``method``'s registry entry, :func:`~.spans.call_spans`: its name, what it sent
+    and returned, its attributes, error and times) and whether it was reused."""
     calls = call_spans(landed.item, () if landed.reused else landed.calls, method)
-    item, shown = _masked(landed.item, calls)
+    shown = _masked(calls)
     for show, c in zip(shown, calls, strict=True):
         show.update(start_ns=c.start_ns, end_ns=c.end_ns, chat=c.chat)
-    return {"item": item, "calls": shown, "reused": landed.reused}
+    return {"item": landed.line, "id": landed.item.id, "calls": shown, "reused": landed.reused}
 
 
 def build_trace(
@@ -151,7 +151,7 @@ def build_trace(
 
     from dspy_for.experiments.core import ItemResult
 
-    item, calls, reused = ItemResult(**payload["item"]), list(payload["calls"]), bool(payload["reused"])
+    item, calls, reused = ItemResult.from_json(payload["item"]), list(payload["calls"]), bool(payload["reused"])
     kind = outcome(item)
     reused_from = item.origin if reused else None
     inputs = {"question": item.question}
@@ -279,19 +279,13 @@ def _root_times(item: ItemResult, calls: list[dict[str, Any]]) -> tuple[int, int
     return min([start, *starts]), max([end, *ends])
 
 
-def _masked(item: ItemResult, calls: list[CallSpan]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``item`` (as a dict) and what each call's span shows, every text masked (one scan when nothing needs
-    masking)."""
-    data: dict[str, Any] = {
-        "item": asdict(item),
-        "calls": [
-            {"name": c.name, "inputs": c.inputs, "outputs": c.outputs, "attributes": c.attributes, "error": c.error}
-            for c in calls
-        ],
-    }
-    if needs_redaction(data):
-        data = redact_obj(data)
-    return data["item"], data["calls"]
+def _masked(calls: list[CallSpan]) -> list[dict[str, Any]]:
+    """What each call's span shows, every text masked (one scan when nothing needs masking)."""
+    shown = [
+        {"name": c.name, "inputs": c.inputs, "outputs": c.outputs, "attributes": c.attributes, "error": c.error}
+        for c in calls
+    ]
+    return redact_obj(shown) if needs_redaction(shown) else shown
 
 
 def _no_timing(item: ItemResult) -> str:

@@ -123,7 +123,7 @@ class _Batcher:
             ids = {items[where[j]][0]: info.trace_id for j, (info, _) in enumerate(built) if j not in refused}
             if len(why) == len(items):
                 self.failed_batches[sink] = self.failed_batches.get(sink, 0) + 1
-        failures = [(str(items[i][1]["item"]["id"]), text) for i, text in sorted(why.items())]
+        failures = [(str(items[i][1]["id"]), text) for i, text in sorted(why.items())]
         self.reply(("done", sink, items[-1][0], failures, sorted(ids.items())))
 
 
@@ -248,7 +248,7 @@ class TraceWriter:
             while s.sent and time.monotonic() - self._progress < STALL_SECONDS:
                 self._lock.wait(timeout=1.0)
             for payload in s.sent.values():
-                _warn(s.context, str(payload["item"]["id"]), f"not confirmed stored after {STALL_SECONDS:.0f} s")
+                _warn(s.context, str(payload["id"]), f"not confirmed stored after {STALL_SECONDS:.0f} s")
             s.sent.clear()
             s.keys.clear()
 
