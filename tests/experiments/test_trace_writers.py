@@ -292,3 +292,24 @@ def test_the_writer_process_imports_mlflow_before_its_first_trace():
         with contextlib.suppress(OSError):
             loaded = "_sqlite3" in Path(f"/proc/{pid}/maps").read_text()
     assert loaded
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads a process's memory map (Linux)")
+def test_the_writer_process_runs_this_dspy_for_whatever_the_working_directory_holds(tmp_path, monkeypatch):
+    """Started from a folder holding another ``dspy_for`` (a checkout of another version), the writer process imports
+    the run's own: the other one, were it imported, would leave a mark and end the process."""
+    mark = tmp_path / "imported"
+    other = tmp_path / "dspy_for"
+    other.mkdir()
+    (other / "__init__.py").write_text(f"open({str(mark)!r}, 'w').close()\nraise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    writer = TraceWriter("process")
+    assert writer.mode == "process" and writer._process is not None
+    pid = writer._process.pid
+    deadline = time.monotonic() + 60
+    loaded = False
+    while not loaded and writer._process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        with contextlib.suppress(OSError):
+            loaded = "_sqlite3" in Path(f"/proc/{pid}/maps").read_text()  # its own warm-up: this dspy_for's
+    assert not mark.exists() and writer._process.poll() is None

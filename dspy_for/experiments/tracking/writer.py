@@ -302,7 +302,7 @@ class TraceWriter:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         with theirs:
             self._process = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(theirs.fileno())],
+                [sys.executable, "-P", "-c", _BOOT, str(theirs.fileno())],  # -P: not the working directory's modules
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
                 start_new_session=True,
             )  # fmt: skip
