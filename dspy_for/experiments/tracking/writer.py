@@ -5,16 +5,17 @@
     writer.add(sink, item_payload(landed, ...))   # as each record lands: plain data, every text masked
     writer.wait(sink)                             # every trace added so far stored, or warned about by its item
 
-The writer is a **process** of its own (``python -c`` :data:`_BOOT`, in a session of its own, so Ctrl-C in the terminal
-stops the run, not the writer): the threads waiting on the LM never share an interpreter lock with the tracking store's
-work — building each trace, and storing the traces many per store transaction (:func:`~.traces.write_traces`) as they
-arrive. It is started with the run's tracking (:func:`~.store.setup_tracking` with ``traces``) and imports MLflow and
-its store at once, beside the run's own start-up. It reads everything sent as it is sent (a thread of its own, started
-before its imports), stores what it has as soon as it can (each batch committed: at most :data:`BATCH` traces, one
-transaction) and says which are stored; after the run's process is gone (killed), it stores what it received, then
-exits. So an interrupted or killed run keeps the trace of every record it landed (the sink is given a record before the
-results store). A trace the store refuses is a warning naming its item; after :data:`GIVE_UP` failed batches of one run
-the writer stops trying that run (each item still gets its warning).
+The writer is a **process** of its own (``python -P -c`` :data:`_BOOT`: the run's own ``dspy_for``, never one in the
+working directory; in a session of its own, so Ctrl-C in the terminal stops the run, not the writer): the threads
+waiting on the LM never share an interpreter lock with the tracking store's work — building each trace, and storing the
+traces many per store transaction (:func:`~.traces.write_traces`) as they arrive. It is started with the run's tracking
+(:func:`~.store.setup_tracking` with ``traces``) and imports MLflow and its store at once, beside the run's own
+start-up. It reads everything sent as it is sent (a thread of its own, started before its imports), stores what it has
+as soon as it can (each batch committed: at most :data:`BATCH` traces, one transaction) and says which are stored; after
+the run's process is gone (killed), it stores what it received, then exits. So an interrupted or killed run keeps the
+trace of every record it landed (the sink is given a record before the results store). A trace the store refuses is a
+warning naming its item; after :data:`GIVE_UP` failed batches of one run the writer stops trying that run (each item
+still gets its warning).
 
 Where no process can start, or with ``DSPY_FOR_TRACE_WRITER=thread``, the writer is a thread of the run's process
 instead (the same batches; what it had not stored yet is lost if the process is killed). A writer process that dies
