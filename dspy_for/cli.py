@@ -32,7 +32,7 @@ from dspy_for.experiments.advisor import MARGIN as ADVISE_MARGIN
 from dspy_for.experiments.advisor import advise as run_advise
 from dspy_for.experiments.advisor.report import advice_lines
 from dspy_for.experiments.comparison import compare as run_compare
-from dspy_for.experiments.core.heap import skip_final_collection
+from dspy_for.experiments.core.heap import freeze_imports, skip_final_collection
 from dspy_for.experiments.core.plan import RunPlan
 from dspy_for.experiments.core.prepare import prepare_program
 from dspy_for.experiments.reports.plan import plan_lines, plan_table
@@ -365,6 +365,7 @@ app.command()(export)  # dspy_for/cli_export.py: a comparison's stored results t
 
 
 def main() -> None:
+    freeze_imports()  # what the imports made is out of the collector's passes while the command sets up
     try:
         app()  # litellm's offline defaults are set already: `import dspy_for` applies dspy_for._offline
     finally:

@@ -43,6 +43,7 @@ from dspy_for.experiments.core import (
     prepare_run,
 )
 from dspy_for.experiments.core.compile_step import CompileNotStarted
+from dspy_for.experiments.core.heap import HeapHold
 from dspy_for.experiments.core.outcome import ComparisonResult
 from dspy_for.experiments.core.prepare import result_key
 from dspy_for.experiments.core.recheck import Recheck, recheck_cells
@@ -126,8 +127,10 @@ class TrackedRun:
         self._cells, self._store, self._progress, self._shared = cells, store, progress, shared_records
         self._open: list[OpenCell] = []
         self._locks = StoreLocks()  # the results stores' locks, held while their cells are open
+        self._heap = HeapHold()  # frozen from the first threaded feed to the run's end (its report too)
         self._stack = ExitStack()
         self._stack.callback(self._locks.release_all)
+        self._stack.callback(self._heap.release)
 
     # ----------------------------------------------------------------------------------------- the run
 
@@ -234,7 +237,7 @@ class TrackedRun:
         return recheck_cells(result.spec, result, self.items_dir, self._feed)
 
     def _feed(self, feeds: list[Feed]) -> list[list[ItemResult]]:
-        return feed_together(feeds, num_threads=self.spec.threads, limit=self.limit) if feeds else []
+        return feed_together(feeds, num_threads=self.spec.threads, limit=self.limit, heap=self._heap) if feeds else []
 
     def close(self, cell: OpenCell, status: RunStatus | None = None) -> None:
         """Close ``cell``'s evaluation (its sinks get the whole result) and end its MLflow run with its status

@@ -1,6 +1,7 @@
 """The garbage collector around a run (:mod:`dspy_for.experiments.core.heap`): while a run's items run, what existed
-before them is out of the collector's passes; after the run it is back, so nothing made garbage meanwhile stays; the
-command line ends with its heap frozen, so the interpreter does not walk it once more on its way out."""
+before them is out of the collector's passes; after the run it is back, so nothing made garbage meanwhile stays; a
+tracked run holds it so until its end (its cells closed, its report drawn); the command line freezes what it imported
+first thing and ends with its heap frozen, so the interpreter does not walk it once more on its way out."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import weakref
 
 import pytest
 
+import dspy_for.experiments.comparison as comparison_mod
+import dspy_for.experiments.core.heap as heap_mod
 import dspy_for.experiments.core.prepare as prepare_mod
-from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
+from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, compare
 from dspy_for.experiments.core import Evaluation, prepare_run
-from dspy_for.experiments.core.heap import frozen_heap
-from dspy_for.testing import OpenAICompatibleServer, ScriptedLM
+from dspy_for.experiments.core.heap import HeapHold, freeze_imports, frozen_heap
+from dspy_for.experiments.tracked_run import TrackedRun
+from dspy_for.testing import OpenAICompatibleServer, ScriptedLM, for_responder
 
 
 class _Node:
@@ -29,6 +33,7 @@ def _no_frozen_heap():
     assert gc.get_freeze_count() == 0, "a test before this one left the heap frozen"
     yield
     gc.unfreeze()
+    heap_mod._imports_frozen = False
 
 
 def test_the_heap_is_frozen_inside_and_back_after():
@@ -62,6 +67,56 @@ def test_a_process_that_froze_objects_itself_is_left_as_it_is():
         assert not _walked(mine)
         assert _walked(later)  # nothing more frozen
     assert not _walked(mine)  # not unfrozen behind its back
+
+
+def test_a_hold_keeps_the_heap_frozen_until_it_is_released():
+    hold = HeapHold()
+    before = [_Node()]
+    with frozen_heap(hold):
+        pass
+    assert not _walked(before)  # still out of the passes after the block
+    made = [_Node()]
+    assert _walked(made)
+    with frozen_heap(hold):  # a later feed of the same run: what was made since is frozen too
+        assert not _walked(made)
+    hold.release()
+    assert gc.get_freeze_count() == 0 and _walked(before) and _walked(made)
+    hold.release()  # twice: nothing more
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_hold_over_a_heap_the_process_froze_itself_holds_nothing():
+    mine = [_Node()]
+    gc.freeze()
+    hold = HeapHold()
+    later = [_Node()]
+    with frozen_heap(hold):
+        assert _walked(later)
+    hold.release()
+    assert not hold.held and not _walked(mine)  # not unfrozen behind the process's back
+
+
+def test_what_the_command_line_imported_is_frozen_until_a_run_takes_it_over_and_gives_it_back():
+    imported = [_Node()]
+    freeze_imports()
+    assert not _walked(imported)
+    made = [_Node()]
+    hold = HeapHold()
+    with frozen_heap(hold):  # the run's hold takes the imports' freeze over, and freezes what was made since
+        assert not _walked(imported) and not _walked(made)
+    hold.release()
+    assert gc.get_freeze_count() == 0 and _walked(imported)
+
+
+def test_a_process_that_froze_objects_itself_is_not_frozen_again_by_the_command_line():
+    mine = [_Node()]
+    gc.freeze()
+    later = [_Node()]
+    freeze_imports()
+    assert _walked(later)
+    with frozen_heap():
+        assert _walked(later)  # still the process's freeze: no run takes it over
+    assert not _walked(mine)
 
 
 def test_a_process_with_its_collector_off_is_left_as_it_is():
@@ -150,3 +205,80 @@ def test_the_command_line_ends_with_its_heap_frozen():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     words = out.stdout.split()[-4:]  # after the help text
     assert words[:3] == ["exit", "0", "frozen"] and int(words[3]) > 0
+
+
+def test_the_command_line_freezes_what_it_imported_first_thing():
+    code = (
+        "import gc\nimport dspy_for.cli as cli\ncli.app = lambda: print('frozen', gc.get_freeze_count())\ncli.main()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    words = out.stdout.split()
+    assert words[0] == "frozen" and int(words[1]) > 0
+
+
+COMPARE = """
+experiment = "heap"
+lm = "{lm}"
+{options}
+num_threads = 3
+baseline = "cot"
+[[datasets]]
+name = "gsm8k"
+split = "sample"
+first = 4
+[[methods]]
+name = "cot"
+"""
+
+
+def _watch_the_run(monkeypatch) -> dict[str, list[int]]:
+    """The freeze count when each cell closes and when the report is drawn, and inside the LM's calls."""
+    seen: dict[str, list[int]] = {"close": [], "report": []}
+    close, report = TrackedRun.close, comparison_mod._report
+
+    def closing(self, *args, **kwargs):
+        seen["close"].append(gc.get_freeze_count())
+        return close(self, *args, **kwargs)
+
+    def reporting(*args, **kwargs):
+        seen["report"].append(gc.get_freeze_count())
+        return report(*args, **kwargs)
+
+    monkeypatch.setattr(TrackedRun, "close", closing)
+    monkeypatch.setattr(comparison_mod, "_report", reporting)
+    return seen
+
+
+def test_a_comparison_holds_the_heap_frozen_to_its_report_and_gives_it_back(install_scripted_lm, tmp_path, monkeypatch):
+    calls: list[int] = []
+
+    def responder(messages, max_tokens):
+        calls.append(gc.get_freeze_count())
+        return for_responder("18")(messages, max_tokens)
+
+    install_scripted_lm(responder)
+    seen = _watch_the_run(monkeypatch)
+    config = tmp_path / "heap.toml"
+    config.write_text(COMPARE.format(lm="openai/fake", options=""))
+    result = compare(config, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert result.ok and result.results["gsm8k"]["cot"].n_scored == 4
+    assert len(calls) == 4 and min(calls) > 0
+    assert seen["close"] and min(seen["close"]) > 0 and seen["report"] and min(seen["report"]) > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_comparison_against_a_server_holds_the_heap_frozen_to_its_report(tmp_path, monkeypatch):
+    """A plain ``dspy.LM`` against the OpenAI-compatible test server."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-0123456789")
+    seen = _watch_the_run(monkeypatch)
+    with OpenAICompatibleServer(for_responder("18")) as server:
+        config = tmp_path / "heap.toml"
+        config.write_text(
+            COMPARE.format(lm="openai/test-model", options=f'lm_options = {{ api_base = "{server.base_url}" }}')
+        )
+        result = compare(config, tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+        models = {r["model"] for r in server.requests}
+    assert result.ok and result.results["gsm8k"]["cot"].n_scored == 4 and models == {"test-model"}
+    assert seen["close"] and min(seen["close"]) > 0 and seen["report"] and min(seen["report"]) > 0
+    assert gc.get_freeze_count() == 0

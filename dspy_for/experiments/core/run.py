@@ -33,7 +33,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.compat.dspy import warm_completion_path
-from dspy_for.experiments.core.heap import frozen_heap
+from dspy_for.experiments.core.heap import HeapHold, frozen_heap
 from dspy_for.experiments.core.judging import judge_item
 from dspy_for.experiments.core.prepare import Metric, PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult, example_key, record_key
@@ -269,18 +269,19 @@ class _Plan:
 
 
 def feed_together(
-    feeds: Sequence[Feed], *, num_threads: int, limit: SpendLimit | None = None
+    feeds: Sequence[Feed], *, num_threads: int, limit: SpendLimit | None = None, heap: HeapHold | None = None
 ) -> list[list[ItemResult]]:
     """Several evaluations' items on one pool of ``num_threads`` workers, side by side: each free thread starts an item
     of the evaluation with the most work left (:mod:`~dspy_for.experiments.core.schedule`), so costly methods start
     early, all end about together and a comparison takes about as long as its work, while each endpoint's
     load is kept right by its shared limit (:mod:`dspy_for.lm.transport`). Each record lands, in this thread, in its
     own evaluation's sinks as it finishes; a feed's ``stop`` rule stops its items only, ``limit`` every feed's. With
-    one thread the feeds run one after another in this thread (Ctrl-C then stops the LM call at once). Returns each
-    feed's records (those of :meth:`Evaluation.feed`)."""
+    one thread the feeds run one after another in this thread (Ctrl-C then stops the LM call at once). While threads
+    run, the heap is frozen (:mod:`~dspy_for.experiments.core.heap`), until ``heap`` is released when given. Returns
+    each feed's records (those of :meth:`Evaluation.feed`)."""
     with interruptible():
         plans = [f.evaluation._plan(f.examples, f.stop) for f in feeds]
-        for plan, record, calls in _stream(plans, num_threads, limit):
+        for plan, record, calls in _stream(plans, num_threads, limit, heap):
             ev = plan.evaluation
             ev._land(record, calls, reused=False)
             if limit is not None:
@@ -297,7 +298,7 @@ def feed_together(
 _Done = tuple[_Plan, ItemResult, list[CallRecord]]
 
 
-def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None) -> Iterator[_Done]:
+def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None, heap: HeapHold | None) -> Iterator[_Done]:
     """Each item's (plan, record, LM calls) as it finishes (see :func:`feed_together`). Once a plan halts (or the
     limit is reached) none of its items starts; items already running are still yielded as they finish."""
     if num_threads <= 1 or sum(len(p.fresh) for p in plans) <= 1:
@@ -308,7 +309,7 @@ def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None) -> I
                 yield (plan, *plan.evaluation._run_item(unit))
         return
     warm_completion_path(lm for p in plans for lm in p.evaluation.run.lms)  # imports paid here, not in the threads
-    with frozen_heap():  # what exists now (modules, programs, data) is not walked by the collector meanwhile
+    with frozen_heap(heap):  # what exists now (modules, programs, data) is not walked by the collector meanwhile
         pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="dspy-for-item")
         todo: WorkQueue[_Plan, _Unit] = WorkQueue([(p, p.fresh) for p in plans], _prior_calls)
         pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
