@@ -18,7 +18,7 @@ import dspy_for.experiments.core.heap as heap_mod
 import dspy_for.experiments.core.prepare as prepare_mod
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, compare
 from dspy_for.experiments.core import Evaluation, prepare_run
-from dspy_for.experiments.core.heap import HeapHold, freeze_imports, frozen_heap
+from dspy_for.experiments.core.heap import HeapHold, freeze_imports, frozen_heap, importing
 from dspy_for.experiments.tracked_run import TrackedRun
 from dspy_for.testing import OpenAICompatibleServer, ScriptedLM, for_responder
 
@@ -117,6 +117,52 @@ def test_a_process_that_froze_objects_itself_is_not_frozen_again_by_the_command_
     with frozen_heap():
         assert _walked(later)  # still the process's freeze: no run takes it over
     assert not _walked(mine)
+
+
+def test_a_large_import_runs_with_the_collector_off_and_joins_the_frozen_imports():
+    freeze_imports()
+    with importing():
+        assert not gc.isenabled()
+        made = [_Node()]
+    assert gc.isenabled() and not _walked(made)
+
+
+def test_a_large_import_in_a_process_that_froze_nothing_is_left_to_the_collector():
+    with importing():
+        made = [_Node()]
+    assert gc.isenabled() and gc.get_freeze_count() == 0 and _walked(made)
+
+
+def test_a_large_import_leaves_a_collector_that_was_off_off():
+    gc.disable()
+    try:
+        with importing():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_tracking_store_opens_with_the_collector_off_and_mlflow_joins_the_frozen_imports(tmp_path):
+    """In a fresh process, as the command line runs it: MLflow and its SQL store load with the collector off, and
+    what they made is out of its passes after."""
+    code = (
+        "import gc, sys\n"
+        "from dspy_for.experiments.core.heap import freeze_imports\n"
+        "from dspy_for.experiments.tracking import store\n"
+        "assert 'mlflow' not in sys.modules\n"
+        "freeze_imports()\n"
+        "seen = []\n"
+        "count = lambda phase, info: seen.append(phase)\n"
+        "gc.callbacks.append(count)\n"
+        f"store.setup_tracking('sqlite:///{tmp_path}/mlflow.db', 'heap')\n"
+        "gc.callbacks.remove(count)\n"
+        "import mlflow.store.tracking.sqlalchemy_store as sql\n"
+        "walked = any(o is sql.SqlAlchemyStore for o in gc.get_objects())\n"
+        "print('enabled', gc.isenabled(), 'walked', walked, 'passes', len(seen) // 2)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split()[-6:] == ["enabled", "True", "walked", "False", "passes", "0"]
 
 
 def test_a_process_with_its_collector_off_is_left_as_it_is():

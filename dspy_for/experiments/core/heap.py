@@ -9,8 +9,9 @@ took 1.3–1.6 s of a 20 s run. :func:`frozen_heap` moves those objects out of t
 became garbage meanwhile is collected once they are back. A :class:`HeapHold` keeps them out longer: a tracked run's
 hold lasts from its first threaded feed to its end, so closing its cells and drawing its report do not walk them either
 (one full pass there took 0.28 s). :func:`freeze_imports` does the same for what the command line imported, until a
-run's hold takes it over; :func:`skip_final_collection` does it for good just before a command-line process exits, so
-the interpreter does not walk the whole heap once more on its way out.
+run's hold takes it over, and :func:`importing` for what a large import adds to it; :func:`skip_final_collection` does
+it for good just before a command-line process exits, so the interpreter does not walk the whole heap once more on its
+way out.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["HeapHold", "freeze_imports", "frozen_heap", "skip_final_collection"]
+__all__ = ["HeapHold", "freeze_imports", "frozen_heap", "importing", "skip_final_collection"]
 
 #: the heap is frozen by :func:`freeze_imports` (this module's, so a run's hold may take it over), not by the process
 _imports_frozen = False
@@ -69,6 +70,23 @@ def freeze_imports() -> None:
     if gc.isenabled() and not gc.get_freeze_count():
         gc.freeze()
         _imports_frozen = True
+
+
+@contextmanager
+def importing() -> Iterator[None]:
+    """Around a large import (MLflow and its SQL store: about a million objects, and four full passes of the
+    collector while they load): the collector is off meanwhile; what it made joins the command line's frozen imports
+    when there are such, else the collector's youngest generation."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        if _imports_frozen:
+            gc.freeze()
 
 
 def skip_final_collection() -> None:

@@ -32,6 +32,7 @@ from filelock import FileLock
 from dspy_for.compat.mlflow_schema import seed_sqlite_store
 from dspy_for.errors import PathError, ServerError
 from dspy_for.experiments.core.folders import writable_folder
+from dspy_for.experiments.core.heap import importing
 from dspy_for.experiments.core.sinks import critical
 from dspy_for.jsonwalk import flat_items
 from dspy_for.lm.llama_build import server_build
@@ -98,6 +99,11 @@ def setup_tracking(uri: str | None, experiment: str, *, traces: bool = False) ->
         from dspy_for.experiments.tracking.writer import trace_writer
 
         trace_writer()
+    with importing():  # MLflow and its SQL store: the collector stays off while they load
+        return _setup(uri, experiment)
+
+
+def _setup(uri: str | None, experiment: str) -> Path:
     import mlflow
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
