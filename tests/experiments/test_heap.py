@@ -18,7 +18,7 @@ import dspy_for.experiments.core.heap as heap_mod
 import dspy_for.experiments.core.prepare as prepare_mod
 from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig, compare
 from dspy_for.experiments.core import Evaluation, prepare_run
-from dspy_for.experiments.core.heap import HeapHold, freeze_imports, frozen_heap, importing
+from dspy_for.experiments.core.heap import YOUNG_THRESHOLD, HeapHold, freeze_imports, frozen_heap, importing
 from dspy_for.experiments.tracked_run import TrackedRun
 from dspy_for.testing import OpenAICompatibleServer, ScriptedLM, for_responder
 
@@ -31,8 +31,10 @@ class _Node:
 @pytest.fixture(autouse=True)
 def _no_frozen_heap():
     assert gc.get_freeze_count() == 0, "a test before this one left the heap frozen"
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
     heap_mod._imports_frozen = False
 
 
@@ -85,6 +87,24 @@ def test_a_hold_keeps_the_heap_frozen_until_it_is_released():
     assert gc.get_freeze_count() == 0
 
 
+def test_a_hold_collects_the_youngest_generation_less_often_until_it_is_released():
+    before = gc.get_threshold()
+    assert before[0] < YOUNG_THRESHOLD
+    hold = HeapHold()
+    with frozen_heap(hold):
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+    assert gc.get_threshold()[0] == YOUNG_THRESHOLD  # held to the run's end
+    hold.release()
+    assert gc.get_threshold() == before
+
+
+def test_a_hold_keeps_a_threshold_the_process_set_higher():
+    gc.set_threshold(50_000, 20, 20)
+    with frozen_heap():
+        assert gc.get_threshold() == (50_000, 20, 20)
+    assert gc.get_threshold() == (50_000, 20, 20)
+
+
 def test_a_hold_over_a_heap_the_process_froze_itself_holds_nothing():
     mine = [_Node()]
     gc.freeze()
@@ -94,6 +114,7 @@ def test_a_hold_over_a_heap_the_process_froze_itself_holds_nothing():
         assert _walked(later)
     hold.release()
     assert not hold.held and not _walked(mine)  # not unfrozen behind the process's back
+    assert gc.get_threshold()[0] < YOUNG_THRESHOLD  # nor its collector's thresholds changed
 
 
 def test_what_the_command_line_imported_is_frozen_until_a_run_takes_it_over_and_gives_it_back():
@@ -279,7 +300,7 @@ name = "cot"
 
 def _watch_the_run(monkeypatch) -> dict[str, list[int]]:
     """The freeze count when each cell closes and when the report is drawn, and inside the LM's calls."""
-    seen: dict[str, list[int]] = {"close": [], "report": []}
+    seen: dict[str, list[int]] = {"close": [], "report": [], "threshold": []}
     close, report = TrackedRun.close, comparison_mod._report
 
     def closing(self, *args, **kwargs):
@@ -288,6 +309,7 @@ def _watch_the_run(monkeypatch) -> dict[str, list[int]]:
 
     def reporting(*args, **kwargs):
         seen["report"].append(gc.get_freeze_count())
+        seen["threshold"].append(gc.get_threshold()[0])
         return report(*args, **kwargs)
 
     monkeypatch.setattr(TrackedRun, "close", closing)
@@ -310,7 +332,8 @@ def test_a_comparison_holds_the_heap_frozen_to_its_report_and_gives_it_back(inst
     assert result.ok and result.results["gsm8k"]["cot"].n_scored == 4
     assert len(calls) == 4 and min(calls) > 0
     assert seen["close"] and min(seen["close"]) > 0 and seen["report"] and min(seen["report"]) > 0
-    assert gc.get_freeze_count() == 0
+    assert seen["threshold"] == [YOUNG_THRESHOLD]
+    assert gc.get_freeze_count() == 0 and gc.get_threshold()[0] < YOUNG_THRESHOLD
 
 
 def test_a_comparison_against_a_server_holds_the_heap_frozen_to_its_report(tmp_path, monkeypatch):
@@ -327,4 +350,5 @@ def test_a_comparison_against_a_server_holds_the_heap_frozen_to_its_report(tmp_p
         models = {r["model"] for r in server.requests}
     assert result.ok and result.results["gsm8k"]["cot"].n_scored == 4 and models == {"test-model"}
     assert seen["close"] and min(seen["close"]) > 0 and seen["report"] and min(seen["report"]) > 0
-    assert gc.get_freeze_count() == 0
+    assert seen["threshold"] == [YOUNG_THRESHOLD]
+    assert gc.get_freeze_count() == 0 and gc.get_threshold()[0] < YOUNG_THRESHOLD

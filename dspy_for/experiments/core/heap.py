@@ -20,19 +20,27 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["HeapHold", "freeze_imports", "frozen_heap", "importing", "skip_final_collection"]
+__all__ = ["YOUNG_THRESHOLD", "HeapHold", "freeze_imports", "frozen_heap", "importing", "skip_final_collection"]
 
 #: the heap is frozen by :func:`freeze_imports` (this module's, so a run's hold may take it over), not by the process
 _imports_frozen = False
 
 
+#: while a run holds the heap, the youngest generation is collected after this many new objects (Python's default:
+#: 700): at 64 threads and 1,319 items the collector's time fell from 0.35–0.45 s to 0.20–0.29 s during the items, and
+#: from 0.14 s to 0.03 s while the cells closed and the report was drawn
+YOUNG_THRESHOLD = 10_000
+
+
 class HeapHold:
     """The heap out of the collector's passes from the first :meth:`freeze` to :meth:`release`; each later
-    :meth:`freeze` adds what was made since. A process whose collector is off, or that froze objects itself (or whose
-    enclosing run holds the heap), is left as it is: this hold then holds nothing and releases nothing."""
+    :meth:`freeze` adds what was made since. Meanwhile the youngest generation is collected less often
+    (:data:`YOUNG_THRESHOLD`). A process whose collector is off, or that froze objects itself (or whose enclosing run
+    holds the heap), is left as it is: this hold then holds nothing and releases nothing."""
 
     def __init__(self) -> None:
         self.held = False
+        self._thresholds = gc.get_threshold()
 
     def freeze(self) -> None:
         global _imports_frozen
@@ -41,10 +49,13 @@ class HeapHold:
         elif gc.isenabled() and (_imports_frozen or not gc.get_freeze_count()):
             gc.freeze()
             self.held, _imports_frozen = True, False  # what the imports froze is this hold's to release now
+            self._thresholds = gc.get_threshold()
+            gc.set_threshold(max(self._thresholds[0], YOUNG_THRESHOLD), *self._thresholds[1:])
 
     def release(self) -> None:
         if self.held:
             self.held = False
+            gc.set_threshold(*self._thresholds)
             gc.unfreeze()
 
 
