@@ -33,10 +33,11 @@ YOUNG_THRESHOLD = 10_000
 
 
 class HeapHold:
-    """The heap out of the collector's passes from the first :meth:`freeze` to :meth:`release`; each later
-    :meth:`freeze` adds what was made since. Meanwhile the youngest generation is collected less often
-    (:data:`YOUNG_THRESHOLD`). A process whose collector is off, or that froze objects itself (or whose enclosing run
-    holds the heap), is left as it is: this hold then holds nothing and releases nothing."""
+    """The heap as it was at the first :meth:`freeze` out of the collector's passes until :meth:`release` (what is made
+    after, garbage of a compile between two feeds included, stays in their reach: a later :meth:`freeze` adds nothing).
+    Meanwhile the youngest generation is collected less often (:data:`YOUNG_THRESHOLD`). A process whose collector is
+    off, or that froze objects itself (or whose enclosing run holds the heap), is left as it is: this hold then holds
+    nothing and releases nothing."""
 
     def __init__(self) -> None:
         self.held = False
@@ -44,9 +45,7 @@ class HeapHold:
 
     def freeze(self) -> None:
         global _imports_frozen
-        if self.held:
-            gc.freeze()
-        elif gc.isenabled() and (_imports_frozen or not gc.get_freeze_count()):
+        if not self.held and gc.isenabled() and (_imports_frozen or not gc.get_freeze_count()):
             gc.freeze()
             self.held, _imports_frozen = True, False  # what the imports froze is this hold's to release now
             self._thresholds = gc.get_threshold()
