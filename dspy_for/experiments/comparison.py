@@ -100,7 +100,7 @@ def _plots(out: ComparisonResult, parent: str, run_dir: Path) -> None:
     for name, fig in report.figures(out).items():
         path = run_dir / name
         fig.savefig(path, dpi=120, bbox_inches="tight")
-        store.log_figure(parent, path)
+        store.log_artifact(parent, path)
         out.plots.append(path)
 
 

@@ -362,4 +362,4 @@ def _log_run(run: PreparedRun, run_id: str, run_dir: Path | None) -> None:
         program_path = run_dir / d.name / f"{m.label}.program.json"
         program_path.parent.mkdir(parents=True, exist_ok=True)
         run.program.save(str(program_path))
-        store.client().log_artifact(run_id, str(program_path))
+        store.log_artifact(run_id, program_path)

@@ -75,6 +75,15 @@ def _child_compare(args: argparse.Namespace) -> None:
     """``dspy-for compare`` as a user types it, run to its exit: its own table and its exit code (non-zero when an item
     failed). ``run_s``: the command alone, from its start to its exit, without interpreter start-up and imports;
     ``failed``: the failed items of the comparison it ran (``?`` when it exited before one)."""
+    from dspy_for import cli_start
+
+    methods = args.methods.split(",")
+    baseline = "cot" if "cot" in methods else methods[0]
+    uri = ["--tracking-uri", args.tracking_uri] if args.tracking_uri else []
+    traces = "--no-traces" if args.no_traces else "--traces"
+    sys.argv = ["dspy-for", "compare", args.config, "--data", args.data, "--methods", args.methods,
+                "--baseline", baseline, traces, *uri]  # fmt: skip
+    cli_start.start(sys.argv[1:])  # what `dspy-for` does first: its tracking process starts beside its imports
     import dspy_for.cli as cli
 
     ran: list[Any] = []
@@ -85,12 +94,6 @@ def _child_compare(args: argparse.Namespace) -> None:
         return ran[-1]
 
     cli.run_compare = kept
-    methods = args.methods.split(",")
-    baseline = "cot" if "cot" in methods else methods[0]
-    uri = ["--tracking-uri", args.tracking_uri] if args.tracking_uri else []
-    traces = "--no-traces" if args.no_traces else "--traces"
-    sys.argv = ["dspy-for", "compare", args.config, "--data", args.data, "--methods", args.methods,
-                "--baseline", baseline, traces, *uri]  # fmt: skip
     start = time.perf_counter()
     try:
         cli.main()

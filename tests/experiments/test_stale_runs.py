@@ -14,7 +14,8 @@ from pathlib import Path
 from cli_processes import cli, compare_args, env, respond
 from mlflow.tracking import MlflowClient
 
-from dspy_for.experiments.tracking.store import PROCESS_TAG, _process
+from dspy_for.experiments.tracking.runs import PROCESS_TAG
+from dspy_for.experiments.tracking.runs import process_tag as _process
 from dspy_for.testing import OpenAICompatibleServer
 
 

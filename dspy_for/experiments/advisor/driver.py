@@ -376,5 +376,5 @@ def _frontier(advice: Advice, parent: str) -> None:
     if fig is not None and advice.run_dir is not None:
         path = advice.run_dir / f"frontier_{advice.dataset}.png"
         fig.savefig(path, dpi=120, bbox_inches="tight")
-        store.log_figure(parent, path)
+        store.log_artifact(parent, path)
         advice.plots.append(path)

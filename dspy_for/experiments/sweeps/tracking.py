@@ -27,11 +27,8 @@ logger = logging.getLogger("dspy_for.sweep")
 
 
 def _client(spec: SweepSpec) -> tuple[Any, str]:
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
     tracking.setup_tracking(spec.tracking_uri, spec.experiment)
-    return MlflowClient(mlflow.get_tracking_uri()), tracking.experiment_id(spec.experiment)
+    return tracking.client(), tracking.experiment_id(spec.experiment)
 
 
 @critical_write

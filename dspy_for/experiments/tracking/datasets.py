@@ -8,16 +8,16 @@ content hash of :func:`~dspy_for.datasets.data_hash` as its digest, so the Datas
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dspy_for.compat import mlflow as compat
 from dspy_for.datasets import data_hash
+from dspy_for.experiments.tracking import store
 from dspy_for.secrets import redact
 
 if TYPE_CHECKING:
     from dspy_for.experiments.core import PreparedRun
 
-__all__ = ["log_dataset"]
+__all__ = ["dataset_input", "log_dataset"]
 
 logger = logging.getLogger("dspy_for.tracing")
 
@@ -26,8 +26,7 @@ def log_dataset(run: PreparedRun, *, context: str = "evaluation", run_id: str | 
     """Log ``run.examples`` as an MLflow dataset input of run ``run_id`` (default: the active run); a failure
     is only a warning."""
     try:
-        compat.check_supported()
-        _log_dataset(run, context, run_id)
+        store.log_dataset_input(run_id, dataset_input(run, context))
     except Exception as exc:
         logger.warning(
             "could not log the dataset of %s on %s to MLflow: %s",
@@ -37,32 +36,22 @@ def log_dataset(run: PreparedRun, *, context: str = "evaluation", run_id: str | 
         )
 
 
-def _log_dataset(run: PreparedRun, context: str, run_id: str | None) -> None:
-    import mlflow
-    import pandas as pd
-    from mlflow.data.pandas_dataset import from_pandas
-
+def dataset_input(run: PreparedRun, context: str) -> dict[str, Any]:
+    """``run.examples`` as the plain fields of an MLflow dataset input (every text masked): its columns, where they
+    were read, its name, content hash, context and tags (:func:`~.runs.log_dataset_input` logs them)."""
     d, examples = run.dataset, run.examples
     sources = sorted({str(ex.get("source")) for ex in examples if ex.get("source") is not None})
-    frame = pd.DataFrame(
-        {
+    return {
+        "columns": {
             "id": [str(ex.get("id")) for ex in examples],
             "question": [str(ex.get("question", "")) for ex in examples],
             "answer": [str(ex.get("answer")) for ex in examples],
         },
-        columns=["id", "question", "answer"],
-    )
-    source = compat.examples_source(redact(", ".join(sources) or "unknown"), d.name, d.split)
-    dataset = from_pandas(
-        frame, source=source, targets="answer", name=redact(f"{d.name}/{d.split}"), digest=data_hash(examples)
-    )
-    tags = {"dspy_for.n": str(len(examples))}
-    if run_id is None:
-        mlflow.log_input(dataset, context=context, tags=tags)
-        return
-    from mlflow.entities import DatasetInput, InputTag
-
-    tags[compat.DATASET_CONTEXT] = context
-    mlflow.tracking.MlflowClient().log_inputs(
-        run_id, [DatasetInput(compat.dataset_entity(dataset), [InputTag(k, v) for k, v in tags.items()])]
-    )
+        "source": redact(", ".join(sources) or "unknown"),
+        "dataset": d.name,
+        "split": d.split,
+        "name": redact(f"{d.name}/{d.split}"),
+        "digest": data_hash(examples),
+        "context": context,
+        "tags": {"dspy_for.n": str(len(examples))},
+    }

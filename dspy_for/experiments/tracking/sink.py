@@ -72,7 +72,6 @@ class MlflowSink:
 
     def close(self, result: MethodResult, status: RunStatus) -> None:
         self.finish_traces()  # every trace of the run's records is written before the run ends
-        client = store.client()
         summary = summarize(result)
         try:
             store.log_metrics(self.run_id, summary.metrics())
@@ -89,12 +88,12 @@ class MlflowSink:
                 store.log_metrics(self.run_id, self.run.compile_cost.metrics())
                 store.log_json(self.run_id, self.run.compile_cost.row(), "compile_cost.json")
             if result.n_failed:
-                client.set_tag(self.run_id, "dspy_for.failed_items", str(result.n_failed))
+                store.set_tags(self.run_id, {"dspy_for.failed_items": str(result.n_failed)})
             if params := serving_params(result):
                 store.log_params(self.run_id, params)
         finally:
             if self.end_run:
-                client.set_terminated(self.run_id, status=status)
+                store.end_run(self.run_id, status)
 
     def _warn(self, exc: BaseException, item: str | None = None) -> None:
         where = f"item {item} of " if item else ""

@@ -18,34 +18,34 @@ import json
 import logging
 import os
 import platform
-import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from filelock import FileLock
-
-from dspy_for.compat.mlflow_schema import seed_sqlite_store
 from dspy_for.errors import PathError, ServerError
 from dspy_for.experiments.core.folders import writable_folder
 from dspy_for.experiments.core.heap import importing
 from dspy_for.experiments.core.sinks import critical
+from dspy_for.experiments.tracking import runs
+from dspy_for.experiments.tracking.runs import PROCESS_TAG
 from dspy_for.jsonwalk import flat_items
 from dspy_for.lm.llama_build import server_build
 from dspy_for.secrets import is_secret_key, redact
 
 __all__ = [
+    "PROCESS_TAG",
     "autolog",
     "client",
     "default_tracking_uri",
     "end_run",
     "end_stale_runs",
     "environment_params",
-    "log_figure",
+    "experiment_id",
+    "log_artifact",
+    "log_dataset_input",
     "log_json",
     "log_metrics",
     "log_params",
@@ -93,38 +93,65 @@ def setup_tracking(uri: str | None, experiment: str, *, traces: bool = False) ->
     The store is created (tables, experiment) under a file lock: two first runs at once on a fresh
     ``mlruns/`` both succeed instead of racing on MLflow's table creation. ``traces``: the run writes per-item
     traces, so the trace writer (:func:`~dspy_for.experiments.tracking.writer.trace_writer`) starts first: its own
-    start-up, a process importing MLflow and its store, runs beside this process's.
+    start-up, a process importing MLflow and its store, runs beside this process's. Where the command line's
+    tracking process serves the store (:func:`~dspy_for.experiments.tracking.writer.start_tracking_process`), the
+    store is opened there and this process never imports MLflow for it.
     """
     if traces:
         from dspy_for.experiments.tracking.writer import trace_writer
 
         trace_writer()
-    with importing():  # MLflow and its SQL store: the collector stays off while they load
-        return _setup(uri, experiment)
-
-
-def _setup(uri: str | None, experiment: str) -> Path:
-    import mlflow
-
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
-    artifact_root = None
     root = tracking_root(uri)
-    if uri.startswith("sqlite:///"):
-        artifact_root = (root / "artifacts").resolve().as_uri()
+    artifact_root = (root / "artifacts").resolve().as_uri() if uri.startswith("sqlite:///") else None
     _check_writable(root, uri)
-    with FileLock(str(root / ".dspy_for_store.lock")):
-        if uri.startswith("sqlite:///"):
-            db = Path(uri[len("sqlite:///") :].split("?", 1)[0])
-            seed_sqlite_store(db)  # a new store: MLflow's empty schema copied, not its migrations run again
-            _write_ahead_log(db)
-        mlflow.set_tracking_uri(uri)
-        found = mlflow.get_experiment_by_name(experiment)
-        if found is not None:
-            exp_id = found.experiment_id
-        else:
-            exp_id = mlflow.create_experiment(experiment, artifact_location=artifact_root)
-    mlflow.set_experiment(experiment_id=exp_id)
+    _STORE.update(uri=uri, experiment=experiment, here=False)
+    with importing():  # MLflow and its SQL store, when they load here: the collector stays off while they do
+        _call("open_store", uri, experiment, str(root), artifact_root)
     return root
+
+
+#: the store :func:`setup_tracking` opened last: its ``uri`` and ``experiment``, and whether MLflow ``here``, in this
+#: process, points at them (the command line's tracking process may have opened it)
+_STORE: dict[str, Any] = {}
+
+
+def _call(name: str, *args: Any) -> Any:
+    """``runs.<name>(*args)`` where the store is served: in the command line's tracking process when one serves this
+    process (:func:`~dspy_for.experiments.tracking.writer.store_server`), else here."""
+    from dspy_for.experiments.tracking.writer import store_server
+
+    server = store_server()
+    if server is not None:
+        try:
+            return server.call(name, args)
+        except ConnectionError:  # the tracking process is gone: this process serves the store from now on
+            logger.warning("the tracking process stopped: MLflow is written from this process")
+    _here(opening=name == "open_store")
+    return getattr(runs, name)(*args)
+
+
+def served_elsewhere() -> bool:
+    """Whether the command line's tracking process serves the store of this process (MLflow is not loaded here)."""
+    from dspy_for.experiments.tracking.writer import store_server
+
+    return store_server() is not None
+
+
+def current_uri() -> str | None:
+    """The URI of the store :func:`setup_tracking` opened last (None before it did)."""
+    uri = _STORE.get("uri")
+    return str(uri) if uri is not None else None
+
+
+def _here(*, opening: bool = False) -> None:
+    """MLflow in this process points at the store :func:`setup_tracking` opened (``opening``: it is being opened here,
+    which points it)."""
+    if _STORE and not _STORE["here"] and not opening:
+        with importing():
+            runs.use_store(_STORE["uri"], _STORE["experiment"])
+    if _STORE:
+        _STORE["here"] = True
 
 
 def _check_writable(root: Path, uri: str) -> None:
@@ -140,27 +167,6 @@ def _check_writable(root: Path, uri: str) -> None:
         raise PathError(f"The MLflow store {where} cannot be written ({refused.strerror}): make it writable, or {fix}.")
 
 
-def _write_ahead_log(db: Path) -> None:
-    """Switch the SQLite database ``db`` (created if missing) to write-ahead logging; a database that cannot be
-    switched (read-only, in use by an older SQLite) keeps its journal."""
-    import sqlite3
-
-    try:
-        with closing(sqlite3.connect(db, timeout=20)) as con:
-            con.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.Error as exc:
-        logger.debug("%s keeps its journal mode: %s", db, exc)
-
-
-def experiment_id(experiment: str) -> str:
-    import mlflow
-
-    found = mlflow.get_experiment_by_name(experiment)
-    if found is None:
-        raise RuntimeError(f"experiment {experiment!r} does not exist: call setup_tracking first")
-    return str(found.experiment_id)
-
-
 def autolog() -> None:
     """DSPy autologging into MLflow traces (``--autolog``). Every span MLflow exports from then on is masked by
     :func:`redact` (inputs, outputs, attributes, events, status): a span processor, installed once per process and
@@ -170,6 +176,7 @@ def autolog() -> None:
 
     from dspy_for.experiments.tracking.masking import install_span_masking
 
+    _here()
     install_span_masking()
     mlflow.dspy.autolog()
 
@@ -222,11 +229,14 @@ def environment_params() -> dict[str, str]:
 
 
 def client() -> Any:
-    """An ``MlflowClient`` on the current tracking URI (see :func:`setup_tracking`)."""
-    import mlflow
-    from mlflow.tracking import MlflowClient
+    """An ``MlflowClient`` on the current tracking URI (see :func:`setup_tracking`), in this process."""
+    _here()
+    return runs.client()
 
-    return MlflowClient(mlflow.get_tracking_uri())
+
+def experiment_id(experiment: str) -> str:
+    """The id of ``experiment`` in the store :func:`setup_tracking` opened."""
+    return str(_call("experiment_id", experiment))
 
 
 @critical_write
@@ -236,36 +246,8 @@ def start_run(
     """A new run in ``experiment`` (nested under ``parent_id``), ended by :func:`end_run`; its id. It is tagged with
     the process that runs it (:data:`PROCESS_TAG`), so a later run can end it when that process is gone
     (:func:`end_stale_runs`)."""
-    all_tags = {**(tags or {}), **({"mlflow.parentRunId": parent_id} if parent_id else {}), PROCESS_TAG: _process()}
-    return str(client().create_run(experiment_id(experiment), run_name=name, tags=all_tags).info.run_id)
-
-
-#: the tag naming the process a run runs in: ``<host>:<pid>:<the process's start time>`` (a pid used again by another
-#: process has another start time)
-PROCESS_TAG = "dspy_for.process"
-
-
-def _process(pid: int | None = None) -> str:
-    import psutil
-
-    proc = psutil.Process(pid)
-    return f"{socket.gethostname()}:{proc.pid}:{proc.create_time():.2f}"
-
-
-def _gone(process: str) -> bool:
-    """Whether the process a :data:`PROCESS_TAG` names is gone (killed, crashed); a process on another machine is
-    never known to be."""
-    import psutil
-
-    host, pid, _ = process.rsplit(":", 2)
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        return _process(int(pid)) != process or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
+    parent = {"mlflow.parentRunId": parent_id} if parent_id else {}
+    return str(_call("start_run", name, experiment, {**(tags or {}), **parent, PROCESS_TAG: runs.process_tag()}))
 
 
 @critical_write
@@ -273,19 +255,7 @@ def end_stale_runs(experiment: str) -> dict[str, list[str]]:
     """End KILLED every run of ``experiment`` left RUNNING by a process of this machine that is gone (a run killed
     with SIGKILL, or a crash, cannot end its own runs), tagged ``dspy_for.ended_stale`` with why; returns the ended
     runs' ids by the pid that left them."""
-    c = client()
-    wanted = f"attributes.status = 'RUNNING' and tags.\"{PROCESS_TAG}\" LIKE '{socket.gethostname()}:%'"
-    ended: dict[str, list[str]] = {}
-    runs = c.search_runs([experiment_id(experiment)], filter_string=wanted, max_results=50_000)
-    for run in runs:
-        process = run.data.tags.get(PROCESS_TAG, "")
-        if not _gone(process):
-            continue
-        pid = process.rsplit(":", 2)[1]
-        c.set_tag(run.info.run_id, "dspy_for.ended_stale", f"left RUNNING by process {pid}, which was gone")
-        c.set_terminated(run.info.run_id, status="KILLED")
-        ended.setdefault(pid, []).append(run.info.run_id)
-    return ended
+    return dict(_call("end_stale_runs", experiment))
 
 
 @contextmanager
@@ -297,42 +267,36 @@ def active_run(run_id: str, enabled: bool = True) -> Iterator[None]:
         return
     import mlflow
 
+    _here()
     with mlflow.start_run(run_id=run_id):
         yield
 
 
 @critical_write
 def end_run(run_id: str, status: str) -> None:
-    client().set_terminated(run_id, status=status)
+    _call("end_run", run_id, status)
 
 
 @critical_write
 def log_params(run_id: str, params: Mapping[str, Any]) -> None:
     """``params`` flattened and made safe (:func:`safe_params`), in one call."""
-    from mlflow.entities import Param
-
-    client().log_batch(run_id, params=[Param(k, v) for k, v in safe_params(params).items()])
+    _call("log_params", run_id, safe_params(params))
 
 
 @critical_write
 def log_metrics(run_id: str, metrics: Mapping[str, float]) -> None:
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    client().log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+    _call("log_metrics", run_id, {k: float(v) for k, v in metrics.items()})
 
 
 @critical_write
 def set_tags(run_id: str, tags: Mapping[str, str]) -> None:
-    from mlflow.entities import RunTag
-
-    client().log_batch(run_id, tags=[RunTag(k, redact(str(v))[:5000]) for k, v in tags.items()])
+    _call("set_tags", run_id, {k: redact(str(v))[:5000] for k, v in tags.items()})
 
 
 @critical_write
 def log_text(run_id: str, text: str, name: str) -> None:
     """A text artifact, masked by :func:`redact`."""
-    client().log_text(run_id, redact(text), name)
+    _call("log_text", run_id, redact(text), name)
 
 
 def log_json(run_id: str, obj: Any, name: str) -> None:
@@ -345,6 +309,17 @@ def log_table(run_id: str, rows: list[dict[str, Any]], name: str) -> None:
 
 
 @critical_write
-def log_figure(run_id: str, path: Path) -> None:
-    """A plot already saved at ``path``, as the artifact ``path.name`` (the same file: not drawn a second time)."""
-    client().log_artifact(run_id, str(path))
+def log_artifact(run_id: str, path: Path) -> None:
+    """A file already saved at ``path`` (a plot, a program), as the artifact ``path.name`` (the same file: not drawn or
+    written a second time)."""
+    _call("log_artifact", run_id, str(path))
+
+
+def log_dataset_input(run_id: str | None, dataset: Mapping[str, Any]) -> None:
+    """A dataset input (:func:`~dspy_for.experiments.tracking.datasets.dataset_input`'s fields) of run ``run_id``
+    (None: the active run, in this process)."""
+    if run_id is None:
+        _here()
+        runs.log_dataset_input(None, dataset)
+    else:
+        _call("log_dataset_input", run_id, dataset)

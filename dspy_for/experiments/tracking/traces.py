@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat import mlflow as compat
+from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.assessments import (
     CORRECT,
     DEFAULT_ASSESSORS,
@@ -86,18 +87,25 @@ _PREVIEW = 1000  # what MLflow keeps of a request or response preview
 
 def trace_context(run: PreparedRun, run_id: str) -> TraceContext:
     """What every trace of ``run`` on MLflow run ``run_id`` shares (call once per run). Raises
-    :class:`~dspy_for.errors.MissingDependencyError` on an MLflow without the internals tracing uses."""
+    :class:`~dspy_for.errors.MissingDependencyError` on an MLflow without the internals tracing uses. Where the
+    command line's tracking process serves the store, it finds the run's experiment and makes the client itself:
+    MLflow is not loaded here."""
+    metric = run.metric
+    shared = {
+        "label": redact(run.method.label),
+        "method": run.method.name,
+        "dataset": redact(f"{run.dataset.name}/{run.dataset.split}"),
+        "metric": redact(str(getattr(metric, "__name__", None) or type(metric).__name__)),
+        "run_id": run_id,
+    }
+    if store.served_elsewhere():
+        return TraceContext(**shared, experiment_id=None, tracking_uri=store.current_uri())
     import mlflow
     from mlflow.tracking import MlflowClient
 
     compat.check_supported()
-    metric = run.metric
     return TraceContext(
-        label=redact(run.method.label),
-        method=run.method.name,
-        dataset=redact(f"{run.dataset.name}/{run.dataset.split}"),
-        metric=redact(str(getattr(metric, "__name__", None) or type(metric).__name__)),
-        run_id=run_id,
+        **shared,
         experiment_id=str(MlflowClient().get_run(run_id).info.experiment_id),
         tracking_uri=mlflow.get_tracking_uri(),
         client=compat.tracing_client(),

@@ -5,7 +5,7 @@
     writer.add(sink, item_payload(landed, ...))   # as each record lands: plain data, every text masked
     writer.wait(sink)                             # every trace added so far stored, or warned about by its item
 
-The writer is a **process** of its own (``python -P -c`` :data:`_BOOT`: the run's own ``dspy_for``, never one in the
+The writer is a **process** of its own (``python -P -c`` :data:`BOOT`: the run's own ``dspy_for``, never one in the
 working directory; in a session of its own, so Ctrl-C in the terminal stops the run, not the writer): the threads
 waiting on the LM never share an interpreter lock with the tracking store's work — building each trace, and storing the
 traces many per store transaction (:func:`~.traces.write_traces`) as they arrive. It is started with the run's tracking
@@ -20,6 +20,12 @@ still gets its warning).
 Where no process can start, or with ``DSPY_FOR_TRACE_WRITER=thread``, the writer is a thread of the run's process
 instead (the same batches; what it had not stored yet is lost if the process is killed). A writer process that dies
 hands every trace it had not stored to such a thread.
+
+The command line starts the writer process first, before it imports the rest of itself, as the process that also
+serves the run's tracking store (:func:`start_tracking_process`): MLflow's runs, params, metrics, tags, artifacts and
+dataset inputs (:mod:`.runs`) are made there, each waited for (its errors raised in the run's process), so the run's
+process never imports MLflow, and the process imports MLflow and opens its store while the command imports DSPy.
+What it runs is :mod:`.tracker`.
 """
 
 from __future__ import annotations
@@ -41,149 +47,25 @@ from pathlib import Path
 from typing import Any
 
 from dspy_for.experiments.tracking.assessments import TraceContext
+from dspy_for.experiments.tracking.tracker import BATCH, BOOT, GIVE_UP, Batcher, text, waiting
 from dspy_for.secrets import redact
 
-__all__ = ["BATCH", "GIVE_UP", "MODE_ENV", "TraceWriter", "serve", "trace_writer"]
+__all__ = [
+    "BATCH",
+    "GIVE_UP",
+    "MODE_ENV",
+    "TraceWriter",
+    "start_tracking_process",
+    "store_server",
+    "trace_writer",
+]
 
 logger = logging.getLogger("dspy_for.tracing")
 
 #: ``process`` (default) or ``thread``: where traces are written
 MODE_ENV = "DSPY_FOR_TRACE_WRITER"
-#: the most traces stored in one transaction
-BATCH = 256
-#: failed batches of one run after which the writer stops trying it (each item still gets its warning)
-GIVE_UP = 3
 #: how long waiting for the writer may see no progress before its traces are reported as not confirmed
 STALL_SECONDS = 120.0
-
-#: the writer process's start: read everything sent from the first moment (a thread), then import and serve
-_BOOT = """
-import sys, threading, queue
-from multiprocessing.connection import Connection
-conn, inbox = Connection(int(sys.argv[1])), queue.SimpleQueue()
-def read():
-    while True:
-        try:
-            inbox.put(conn.recv_bytes())
-        except (EOFError, OSError):
-            inbox.put(None)
-            return
-threading.Thread(target=read, daemon=True).start()
-from dspy_for.experiments.tracking.writer import serve
-serve(conn, inbox)
-"""
-
-
-# ------------------------------------------------------------------------------------------ the writing
-
-
-class _Batcher:
-    """What either writer runs on what it receives, in order: ``("open", sink, context)`` and ``("trace", sink, seq,
-    payload)``; every batch of one sink's traces is stored in one transaction and answered ``("done", sink, seq,
-    failures, stored)`` through ``reply`` (``stored``: each stored trace's seq and trace id)."""
-
-    def __init__(self, reply: Callable[[tuple[Any, ...]], None]) -> None:
-        self.reply = reply
-        self.contexts: dict[int, TraceContext | Exception] = {}
-        self.failed_batches: dict[int, int] = {}
-
-    def handle(self, messages: list[tuple[Any, ...]]) -> None:
-        traces: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-        for message in messages:
-            if message[0] == "open":
-                self.contexts[message[1]] = _context(message[2])
-            else:
-                traces.setdefault(message[1], []).append((message[2], message[3]))
-        for sink, items in traces.items():
-            for i in range(0, len(items), BATCH):
-                self._write(sink, items[i : i + BATCH])
-
-    def _write(self, sink: int, items: list[tuple[int, dict[str, Any]]]) -> None:
-        from dspy_for.experiments.tracking.traces import build_trace, write_traces
-
-        ctx = self.contexts.get(sink, RuntimeError("no run to write to"))
-        why: dict[int, str] = {}
-        ids: dict[int, str] = {}
-        if isinstance(ctx, Exception):
-            why = dict.fromkeys(range(len(items)), _text(ctx))
-        elif self.failed_batches.get(sink, 0) >= GIVE_UP:
-            why = dict.fromkeys(range(len(items)), f"not tried after {GIVE_UP} failed writes")
-        else:
-            built, where = [], []
-            for i, (_, payload) in enumerate(items):
-                try:
-                    built.append(build_trace(ctx, payload))
-                    where.append(i)
-                except Exception as exc:
-                    why[i] = _text(exc)
-            try:
-                refused = write_traces(ctx, built)
-            except Exception as exc:
-                refused = dict.fromkeys(range(len(built)), exc)
-            why.update({where[j]: _text(exc) for j, exc in refused.items()})
-            ids = {items[where[j]][0]: info.trace_id for j, (info, _) in enumerate(built) if j not in refused}
-            if len(why) == len(items):
-                self.failed_batches[sink] = self.failed_batches.get(sink, 0) + 1
-        failures = [(str(items[i][1]["id"]), text) for i, text in sorted(why.items())]
-        self.reply(("done", sink, items[-1][0], failures, sorted(ids.items())))
-
-
-def _context(fields: dict[str, Any] | TraceContext) -> TraceContext | Exception:
-    """A sink's context as the writer uses it: its own (a thread), or rebuilt with a client of the run's tracking store
-    (a process)."""
-    if isinstance(fields, TraceContext):
-        return fields
-    try:
-        from dspy_for.compat import mlflow as compat
-
-        compat.check_supported()
-        return TraceContext(**fields, client=compat.tracing_client(fields["tracking_uri"]))
-    except Exception as exc:
-        return exc
-
-
-def _text(exc: BaseException) -> str:
-    return redact(f"{type(exc).__name__}: {exc}")
-
-
-def serve(conn: Any, inbox: queue.SimpleQueue[bytes | None]) -> None:
-    """The writer process: handle what arrives (``inbox``: raw messages, None once the run's process closed its end)
-    in batches of all that is there, until closed."""
-    logging.basicConfig(level=logging.WARNING, format="dspy-for trace writer: %(levelname)s %(name)s: %(message)s")
-    lock = threading.Lock()
-
-    def reply(message: tuple[Any, ...]) -> None:
-        with lock, contextlib.suppress(OSError):  # the run's process is gone: what is stored stays stored
-            conn.send(message)
-
-    batcher = _Batcher(reply)
-    _warm()  # what the first batch needs, imported while the run starts (what arrives meanwhile is read)
-    while True:
-        raw = _waiting(inbox)
-        batcher.handle([pickle.loads(r) for r in raw if r is not None])
-        if None in raw:
-            return
-
-
-def _warm() -> None:
-    """Import what building and storing the first traces needs: MLflow and its store
-    (:func:`~dspy_for.compat.mlflow.warm_trace_store`), and this package's trace builder."""
-    from dspy_for.compat import mlflow as compat
-    from dspy_for.experiments.tracking import traces  # noqa: F401
-
-    compat.warm_trace_store()
-
-
-def _waiting(inbox: queue.SimpleQueue[Any]) -> list[Any]:
-    """What waits in ``inbox``: at least one message (waited for), at most :data:`BATCH`."""
-    got = [inbox.get()]
-    while len(got) < BATCH:
-        try:
-            got.append(inbox.get_nowait())
-        except queue.Empty:
-            break
-    return got
-
 
 # -------------------------------------------------------------------------------------------- the run's side
 
@@ -207,6 +89,9 @@ class TraceWriter:
         self._send_lock = threading.Lock()  # messages leave in order, one at a time
         self._progress = time.monotonic()
         self._closing = False
+        self.serves_store = False  # the store's calls are made in its process (:func:`start_tracking_process`)
+        self._answers: dict[int, tuple[bool, Any]] = {}  # a call's seq -> its answer, until its caller takes it
+        self._calls = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._send: Callable[[tuple[Any, ...]], None]
         if mode == "process":
@@ -214,7 +99,7 @@ class TraceWriter:
                 self._send = self._start_process()
                 return
             except Exception as exc:  # no process can start here: a thread writes
-                logger.info("no trace writer process (%s): traces are written in this process", _text(exc))
+                logger.info("no trace writer process (%s): traces are written in this process", text(exc))
         self._send = self._start_thread()
 
     @property
@@ -240,6 +125,23 @@ class TraceWriter:
                 if key is not None:
                     s.keys[seq] = key
             self._post(("trace", sink, seq, payload))
+
+    def call(self, name: str, args: tuple[Any, ...]) -> Any:
+        """``runs.<name>(*args)`` made in the writer process, waited for: what it returns, or what it raised raised
+        here; :class:`ConnectionError` when the process is gone before it answered."""
+        with self._send_lock:
+            with self._lock:
+                seq, self._calls = self._calls, self._calls + 1
+            self._post(("call", seq, name, args))
+        with self._lock:
+            while seq not in self._answers and self._process is not None:
+                self._lock.wait(timeout=1.0)
+            if seq not in self._answers:
+                raise ConnectionError(f"the tracking process stopped before it answered {name}")
+            ok, value = self._answers.pop(seq)
+        if not ok:
+            raise value
+        return value
 
     def wait(self, sink: int) -> None:
         """Until every trace added to ``sink`` is stored or warned about (or the writer made no progress for
@@ -269,7 +171,13 @@ class TraceWriter:
         return fields
 
     def _done(self, message: tuple[Any, ...]) -> None:
-        """A batch stored (``done``, sink, its last seq, its failures): warned about, forgotten, waiters woken."""
+        """A batch stored (``done``, sink, its last seq, its failures): warned about, forgotten, waiters woken; or a
+        call answered (``answer``, its seq, ok, its value)."""
+        if message[0] == "answer":
+            with self._lock:
+                self._answers[message[1]] = (message[2], message[3])
+                self._lock.notify_all()
+            return
         _, sink, seq, failures, stored = message
         with self._lock:
             s = self._sinks[sink]
@@ -286,11 +194,11 @@ class TraceWriter:
 
     def _start_thread(self) -> Callable[[tuple[Any, ...]], None]:
         inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        batcher = _Batcher(self._done)
+        batcher = Batcher(self._done)
 
         def write() -> None:
             while True:
-                batcher.handle(_waiting(inbox))
+                batcher.handle(waiting(inbox))
 
         threading.Thread(target=write, name="dspy-for-traces", daemon=True).start()
         return inbox.put
@@ -303,7 +211,7 @@ class TraceWriter:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         with theirs:
             self._process = subprocess.Popen(
-                [sys.executable, "-P", "-c", _BOOT, str(theirs.fileno())],  # -P: not the working directory's modules
+                [sys.executable, "-P", "-c", BOOT, str(theirs.fileno())],  # -P: not the working directory's modules
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
                 start_new_session=True,
             )  # fmt: skip
@@ -329,7 +237,9 @@ class TraceWriter:
                 return
             code = self._process.poll() if self._process is not None else None
             logger.warning("the trace writer process stopped (exit %s): traces are written in this process", code)
-            self._process = None
+            with self._lock:
+                self._process = None
+                self._lock.notify_all()  # a call waiting for its answer is made here instead
             self._send = self._start_thread()
             with self._lock:
                 again = [(sink, s.context, sorted(s.sent.items())) for sink, s in self._sinks.items()]
@@ -365,6 +275,25 @@ def _warn(context: TraceContext, item: str, why: str) -> None:
 
 _WRITER: dict[str, TraceWriter] = {}
 _WRITER_LOCK = threading.Lock()
+
+
+def start_tracking_process() -> TraceWriter:
+    """Start this process's trace writer now, as the process that also serves its tracking store: MLflow's runs,
+    params, metrics, tags, artifacts and dataset inputs (:mod:`.runs`) are then written there, and this process never
+    imports MLflow for them. The command line calls it first, so that process imports MLflow and opens its store
+    while the command imports the rest. Where no process can start (or with ``DSPY_FOR_TRACE_WRITER=thread``), the
+    store is served here as before."""
+    writer = trace_writer()
+    writer.serves_store = writer.mode == "process"
+    return writer
+
+
+def store_server() -> TraceWriter | None:
+    """The process serving this process's tracking store (:func:`start_tracking_process`), while it runs; else None."""
+    writer = _WRITER.get("writer")
+    if writer is None or not writer.serves_store or writer.pid != os.getpid() or writer.mode != "process":
+        return None
+    return writer
 
 
 def trace_writer() -> TraceWriter:
