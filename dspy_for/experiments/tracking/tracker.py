@@ -1,0 +1,178 @@
+"""The tracking process: what a run's trace writer (:mod:`.writer`) runs, in a process of its own or in a thread of the
+run's. It stores the traces it is sent, many per store transaction, and — for the command line, where it also serves
+the run's tracking store (:func:`~.writer.start_tracking_process`) — makes the store's calls (:mod:`.runs`) in the
+order they arrive, after the traces sent before them. As a process it imports MLflow and its store as it starts; the
+trace builder, which loads DSPy, comes with the first traces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pickle
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dspy_for.experiments.tracking.assessments import TraceContext
+from dspy_for.secrets import redact
+
+__all__ = ["BATCH", "BOOT", "GIVE_UP", "Batcher", "serve", "text", "waiting"]
+
+#: the most traces stored in one transaction
+BATCH = 256
+#: failed batches of one run after which the writer stops trying it (each item still gets its warning)
+GIVE_UP = 3
+#: the process's start: read everything sent from the first moment (a thread), then import and serve
+BOOT = """
+import sys, threading, queue
+from multiprocessing.connection import Connection
+conn, inbox = Connection(int(sys.argv[1])), queue.SimpleQueue()
+def read():
+    while True:
+        try:
+            inbox.put(conn.recv_bytes())
+        except (EOFError, OSError):
+            inbox.put(None)
+            return
+threading.Thread(target=read, daemon=True).start()
+from dspy_for.experiments.tracking.tracker import serve
+serve(conn, inbox)
+"""
+
+
+class Batcher:
+    """What either writer runs on what it receives, in order: ``("open", sink, context)``, ``("trace", sink, seq,
+    payload)`` and ``("call", seq, name, args)``; every batch of one sink's traces is stored in one transaction and
+    answered ``("done", sink, seq, failures, stored)`` through ``reply`` (``stored``: each stored trace's seq and trace
+    id), every call ``("answer", seq, ok, value)``."""
+
+    def __init__(self, reply: Callable[[tuple[Any, ...]], None]) -> None:
+        self.reply = reply
+        self.contexts: dict[int, TraceContext | Exception] = {}
+        self.failed_batches: dict[int, int] = {}
+
+    def handle(self, messages: list[tuple[Any, ...]]) -> None:
+        traces: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+        for message in messages:
+            if message[0] == "open":
+                self.contexts[message[1]] = _context(message[2])
+            elif message[0] == "call":  # a call of the store's, answered in its turn: the traces sent before it first
+                self._flush(traces)
+                self.reply(("answer", message[1], *_answer(message[2], message[3])))
+            else:
+                traces.setdefault(message[1], []).append((message[2], message[3]))
+        self._flush(traces)
+
+    def _flush(self, traces: dict[int, list[tuple[int, dict[str, Any]]]]) -> None:
+        for sink, items in traces.items():
+            for i in range(0, len(items), BATCH):
+                self._write(sink, items[i : i + BATCH])
+        traces.clear()
+
+    def _write(self, sink: int, items: list[tuple[int, dict[str, Any]]]) -> None:
+        from dspy_for.experiments.tracking.traces import build_trace, write_traces
+
+        ctx = self.contexts.get(sink, RuntimeError("no run to write to"))
+        why: dict[int, str] = {}
+        ids: dict[int, str] = {}
+        if isinstance(ctx, Exception):
+            why = dict.fromkeys(range(len(items)), text(ctx))
+        elif self.failed_batches.get(sink, 0) >= GIVE_UP:
+            why = dict.fromkeys(range(len(items)), f"not tried after {GIVE_UP} failed writes")
+        else:
+            built, where = [], []
+            for i, (_, payload) in enumerate(items):
+                try:
+                    built.append(build_trace(ctx, payload))
+                    where.append(i)
+                except Exception as exc:
+                    why[i] = text(exc)
+            try:
+                refused = write_traces(ctx, built)
+            except Exception as exc:
+                refused = dict.fromkeys(range(len(built)), exc)
+            why.update({where[j]: text(exc) for j, exc in refused.items()})
+            ids = {items[where[j]][0]: info.trace_id for j, (info, _) in enumerate(built) if j not in refused}
+            if len(why) == len(items):
+                self.failed_batches[sink] = self.failed_batches.get(sink, 0) + 1
+        failures = [(str(items[i][1]["id"]), text) for i, text in sorted(why.items())]
+        self.reply(("done", sink, items[-1][0], failures, sorted(ids.items())))
+
+
+def _context(fields: dict[str, Any] | TraceContext) -> TraceContext | Exception:
+    """A sink's context as the writer uses it: its own (a thread), or rebuilt with a client of the run's tracking store
+    (a process; the run's experiment found there when the run's process did not say it)."""
+    if isinstance(fields, TraceContext):
+        return fields
+    try:
+        from dspy_for.compat import mlflow as compat
+
+        compat.check_supported()
+        client = compat.tracing_client(fields["tracking_uri"])
+        if fields["experiment_id"] is None:
+            from mlflow.tracking import MlflowClient
+
+            run = MlflowClient(fields["tracking_uri"]).get_run(fields["run_id"])
+            fields = {**fields, "experiment_id": str(run.info.experiment_id)}
+        return TraceContext(**fields, client=client)
+    except Exception as exc:
+        return exc
+
+
+def _answer(name: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+    """A call of the store's (:mod:`.runs`) made here: (True, what it returned) or (False, what it raised, or its text
+    when that cannot be sent back)."""
+    from dspy_for.experiments.tracking import runs
+
+    try:
+        return True, getattr(runs, name)(*args)
+    except Exception as exc:
+        try:
+            pickle.dumps(exc)
+        except Exception:
+            return False, RuntimeError(text(exc))
+        return False, exc
+
+
+def text(exc: BaseException) -> str:
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
+def serve(conn: Any, inbox: queue.SimpleQueue[bytes | None]) -> None:
+    """The writer process: handle what arrives (``inbox``: raw messages, None once the run's process closed its end)
+    in batches of all that is there, until closed."""
+    logging.basicConfig(level=logging.WARNING, format="dspy-for trace writer: %(levelname)s %(name)s: %(message)s")
+    lock = threading.Lock()
+
+    def reply(message: tuple[Any, ...]) -> None:
+        with lock, contextlib.suppress(OSError):  # the run's process is gone: what is stored stays stored
+            conn.send(message)
+
+    batcher = Batcher(reply)
+    _warm()  # what the first batch needs, imported while the run starts (what arrives meanwhile is read)
+    while True:
+        raw = waiting(inbox)
+        batcher.handle([pickle.loads(r) for r in raw if r is not None])
+        if None in raw:
+            return
+
+
+def _warm() -> None:
+    """Import what the store's first calls need: MLflow and its store (:func:`~dspy_for.compat.mlflow.
+    warm_trace_store`); the trace builder (which loads DSPy) is imported with the first traces."""
+    from dspy_for.compat import mlflow as compat
+
+    compat.warm_trace_store()
+
+
+def waiting(inbox: queue.SimpleQueue[Any]) -> list[Any]:
+    """What waits in ``inbox``: at least one message (waited for), at most :data:`BATCH`."""
+    got = [inbox.get()]
+    while len(got) < BATCH:
+        try:
+            got.append(inbox.get_nowait())
+        except queue.Empty:
+            break
+    return got
