@@ -53,7 +53,7 @@ def thread_writer(monkeypatch):
     monkeypatch.setitem(writer_module._WRITER, "writer", TraceWriter("thread"))
     built = lambda ctx, payload: (SimpleNamespace(id=payload["id"], trace_id=f"tr-{payload['id']}"), [])  # noqa: E731
     monkeypatch.setattr(traces, "build_trace", built)
-    monkeypatch.setattr(sink_module.traces, "trace_context", lambda run, run_id: _context(run_id))
+    monkeypatch.setattr(sink_module.traces, "trace_context", lambda run, run_id, served=None: _context(run_id))
     monkeypatch.setattr(sink_module.traces, "item_payload", lambda landed, method: _payload(landed.item.id))
 
 

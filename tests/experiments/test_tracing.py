@@ -23,7 +23,7 @@ from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
 from dspy_for.experiments.comparison import compare
 from dspy_for.experiments.core import Evaluation, ItemResult, Landed, ResultStore, prepare_run
 from dspy_for.experiments.spec.model import JudgeConfig
-from dspy_for.experiments.tracking import datasets as trace_datasets
+from dspy_for.experiments.tracking import runs as trace_runs
 from dspy_for.experiments.tracking import traces as tracing
 from dspy_for.experiments.tracking import writer as trace_writers
 from dspy_for.experiments.tracking.sink import MlflowSink
@@ -519,7 +519,7 @@ def test_a_tracing_failure_never_fails_the_comparison(monkeypatch, scripted, tmp
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     monkeypatch.setattr(tracing, "item_payload", boom)
-    monkeypatch.setattr(trace_datasets, "_log_dataset", boom)
+    monkeypatch.setattr(trace_runs, "log_dataset_input", boom)
     uri = _uri(tmp_path)
     with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
         result = compare(_write(tmp_path), tracking_uri=uri)

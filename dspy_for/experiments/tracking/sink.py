@@ -48,7 +48,8 @@ class MlflowSink:
         self.trace_ids: dict[str, str] = {}
         if trace:
             try:
-                context = traces.trace_context(run, run_id)
+                served = store.current_uri() if store.served_elsewhere() else None
+                context = traces.trace_context(run, run_id, served=served)
                 self._writer, self._method = trace_writer(), context.method
                 self._sink = self._writer.open(context, self.trace_ids)
             except Exception as exc:

@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.compat import mlflow as compat
-from dspy_for.experiments.tracking import store
 from dspy_for.experiments.tracking.assessments import (
     CORRECT,
     DEFAULT_ASSESSORS,
@@ -50,7 +49,6 @@ from dspy_for.experiments.tracking.assessments import (
     outcome_assessments,
     usage_assessments,
 )
-from dspy_for.experiments.tracking.datasets import log_dataset
 from dspy_for.experiments.tracking.spans import CallSpan, call_spans, usage_attribute
 from dspy_for.jsonwalk import jsonable
 from dspy_for.secrets import needs_redaction, redact, redact_obj
@@ -70,7 +68,6 @@ __all__ = [
     "TraceContext",
     "build_trace",
     "item_payload",
-    "log_dataset",
     "log_item_trace",
     "log_item_traces",
     "outcome",
@@ -85,11 +82,11 @@ _MAX_TAG = 4096
 _PREVIEW = 1000  # what MLflow keeps of a request or response preview
 
 
-def trace_context(run: PreparedRun, run_id: str) -> TraceContext:
+def trace_context(run: PreparedRun, run_id: str, *, served: str | None = None) -> TraceContext:
     """What every trace of ``run`` on MLflow run ``run_id`` shares (call once per run). Raises
-    :class:`~dspy_for.errors.MissingDependencyError` on an MLflow without the internals tracing uses. Where the
-    command line's tracking process serves the store, it finds the run's experiment and makes the client itself:
-    MLflow is not loaded here."""
+    :class:`~dspy_for.errors.MissingDependencyError` on an MLflow without the internals tracing uses. ``served``: the
+    URI of a store the command line's tracking process serves, which finds the run's experiment and makes the client
+    itself (MLflow is not loaded here)."""
     metric = run.metric
     shared = {
         "label": redact(run.method.label),
@@ -98,8 +95,8 @@ def trace_context(run: PreparedRun, run_id: str) -> TraceContext:
         "metric": redact(str(getattr(metric, "__name__", None) or type(metric).__name__)),
         "run_id": run_id,
     }
-    if store.served_elsewhere():
-        return TraceContext(**shared, experiment_id=None, tracking_uri=store.current_uri())
+    if served is not None:
+        return TraceContext(**shared, experiment_id=None, tracking_uri=served)
     import mlflow
     from mlflow.tracking import MlflowClient
 
