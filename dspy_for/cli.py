@@ -320,6 +320,9 @@ def _print_plan(plan: RunPlan) -> None:
 
 def _browse(run_id: str | None, uri: str | None) -> None:
     """Where the run can be browsed: the tracking URI it was written to (a flag's, or its config's)."""
+    if run_id is None:
+        console.print("MLflow: the tracking store did not record this run (its warnings above say why)")
+        return
     browse = "dspy-for ui" + (f" --tracking-uri {uri}" if uri else "")
     console.print(f"MLflow run {run_id}; browse with: {browse}", soft_wrap=True, markup=False)
 

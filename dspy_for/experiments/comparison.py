@@ -56,7 +56,7 @@ def compare(
     tags = {"dspy_for.kind": "comparison", "dspy_for.fingerprint": spec.fingerprint()}
     tracked = TrackedRun(spec, items_dir=items_dir, name=f"compare-{spec.experiment}", tags=tags, run_dir=run_dir)
     with tracked:
-        out.run_id, out.spend = tracked.run_id, tracked.limit
+        out.spend = tracked.limit
         for d in spec.datasets:
             out.results[d.name], out.errors[d.name] = {}, {}
         if spec.sequential:
@@ -68,8 +68,8 @@ def compare(
         _report(tracked, out)
         if spec.recheck:  # the noise floor: N stored items per cell re-run uncached, never stored
             out.recheck = tracked.recheck(out)
-            assert tracked.run_id is not None
-            tracked.report("the recheck's record", lambda: log_recheck(str(tracked.run_id), out.recheck))
+            if out.run_id is not None:
+                tracked.report("the recheck's record", lambda: log_recheck(str(out.run_id), out.recheck))
     return out
 
 
@@ -80,28 +80,33 @@ def config_name(config: ExperimentSpec | str | Path | None) -> str | None:
 
 def _report(tracked: TrackedRun, out: ComparisonResult) -> None:
     """The table (``summary.jsonl``, ``summary.txt``) and the plots, on the run's MLflow run and in its
-    directory. A table or plot that fails is logged and leaves the run, its items and its MLflow runs as they are."""
-    parent, run_dir = tracked.run_id, out.run_dir
-    assert parent is not None and run_dir is not None
+    directory. A table or plot that fails is logged and leaves the run, its items and its MLflow runs as they are; a
+    run whose MLflow run the tracking store could not start (its warning said why) keeps them in its directory only."""
+    out.run_id = parent = tracked.run_id
+    run_dir = out.run_dir
+    assert run_dir is not None
     out.cells = report.summary_cells(out)
     if not tracked.report("the break-even rows", lambda: setattr(out, "breakeven", breakeven_of(out))):
         out.breakeven = []
+    tracked.report("the plots", lambda: _plots(out, parent, run_dir))
+    if parent is None:
+        return
     tracked.report("summary.jsonl", lambda: store.log_table(parent, out.rows, "summary.jsonl"))
     if out.breakeven:
         rows = [b.row() for b in out.breakeven]
         tracked.report("breakeven.jsonl", lambda: store.log_table(parent, rows, "breakeven.jsonl"))
     tracked.report("summary.txt", lambda: store.log_text(parent, report.table_text(out), "summary.txt"))
-    tracked.report("the plots", lambda: _plots(out, parent, run_dir))
     if not out.ok:
         store.set_tags(parent, {"dspy_for.failed_items": str(out.n_failed)})
 
 
-def _plots(out: ComparisonResult, parent: str, run_dir: Path) -> None:
+def _plots(out: ComparisonResult, parent: str | None, run_dir: Path) -> None:
     for name, fig in report.figures(out).items():
         path = run_dir / name
         fig.savefig(path, dpi=120, bbox_inches="tight")
-        store.log_artifact(parent, path)
         out.plots.append(path)
+        if parent is not None:
+            store.log_artifact(parent, path)
 
 
 def phases(spec: ExperimentSpec) -> list[list[MethodConfig]]:
@@ -155,8 +160,8 @@ def _run_sequential(tracked: TrackedRun, out: ComparisonResult, d: DatasetConfig
         tracked.close(cell)
     out.results[d.name] = results
     out.sequential += outcomes
-    assert tracked.run_id is not None
-    log_outcomes(tracked.run_id, outcomes)
+    if (parent := tracked.run_id) is not None:
+        log_outcomes(parent, outcomes)
 
 
 def _run_together(

@@ -18,6 +18,7 @@ and the one loop that feeds cells side by side on one pool of threads
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import traceback
@@ -53,7 +54,7 @@ from dspy_for.experiments.core.store import StoreLocks
 from dspy_for.experiments.core.stored_lms import describe
 from dspy_for.experiments.spec import DatasetConfig, MethodConfig
 from dspy_for.experiments.spec.model import RunSpec
-from dspy_for.experiments.tracking import store
+from dspy_for.experiments.tracking import served, store
 from dspy_for.experiments.tracking.datasets import log_dataset
 from dspy_for.experiments.tracking.sink import MlflowSink
 from dspy_for.secrets import redact
@@ -123,7 +124,7 @@ class TrackedRun:
         self._raised: dict[tuple[str, str], Exception] = {}
         self.status: RunStatus | None = None
         self._name, self._tags, self._params = name, dict(tags or {}), dict(params or {})
-        self.run_id, self._own_run = run_id, run_id is None and name is not None
+        self._run, self._own_run = run_id, run_id is None and name is not None  # its MLflow run (or the token for it)
         self._cells, self._store, self._progress, self._shared = cells, store, progress, shared_records
         self._open: list[OpenCell] = []
         self._locks = StoreLocks()  # the results stores' locks, held while their cells are open
@@ -134,16 +135,22 @@ class TrackedRun:
 
     # ----------------------------------------------------------------------------------------- the run
 
+    @property
+    def run_id(self) -> str | None:
+        """The run's MLflow run: its own, or its caller's (None: it has none, or the tracking store could not start
+        it). Where the command line's tracking process starts it, it is waited for here, not before the items."""
+        return served.run_id(self._run)
+
     def __enter__(self) -> TrackedRun:
         self._stack.enter_context(interruptible())
         if self._own_run:
             assert self._name is not None
             store.setup_tracking(self.spec.tracking_uri, self.spec.experiment, traces=self.spec.traces)  # once made
-            _end_stale_runs(self.spec.experiment)
-            self.run_id = store.start_run(self._name, self.spec.experiment, tags=self._tags)
             time_ = time.strftime("%Y-%m-%dT%H:%M:%S")
             params = {"spec": {**self.spec.to_dict(), "time": time_}, **self._params, **store.environment_params()}
-            store.log_params(self.run_id, params)
+            _end_stale_runs(self.spec.experiment)
+            self._run = store.start_run(self._name, self.spec.experiment, tags=self._tags)
+            store.log_params(self._run, params)
         return self
 
     def __exit__(
@@ -158,8 +165,9 @@ class TrackedRun:
                 self.close(cell, None if status == "FINISHED" else status)
         finally:
             self.status = status
-            if self._own_run and self.run_id is not None:
-                store.end_run(self.run_id, status)
+            if self._own_run and self._run is not None:
+                store.end_run(self._run, status)
+            served.settle()  # every write of the run made (by the command line's tracking process) before it ends
             self._stack.__exit__(exc_type, exc, tb)
 
     # --------------------------------------------------------------------------------------------- cells
@@ -169,11 +177,11 @@ class TrackedRun:
         ``max_cost``, and once that is reached no new compile starts), open its MLflow run, stored records and
         evaluation; or None when it cannot run: the error in :attr:`errors`, or — a compile ``max_cost`` kept from
         starting — its items counted as not started and its run ended KILLED."""
-        child = self.run_id
-        if self._cells and self.run_id is not None:
+        child = self._run
+        if self._cells and self._run is not None:
             tags = {"dspy_for.method": m.name, "dspy_for.dataset": d.name}
-            child = store.start_run(f"{m.label} / {d.name}", self.spec.experiment, parent_id=self.run_id, tags=tags)
-        own = child is not None and child != self.run_id
+            child = store.start_run(f"{m.label} / {d.name}", self.spec.experiment, parent_id=self._run, tags=tags)
+        own = child is not None and child != self._run
         compile_dir = self.items_dir / d.name / d.split if self.items_dir is not None and self._store else None
         results = self._results_store(d, m.label, result_key(self.spec, d, m))  # its key: no LM built
         try:
@@ -203,7 +211,8 @@ class TrackedRun:
             return None
         sink = MlflowSink(run, child, end_run=False) if child is not None else None
         sinks = [sink] if sink is not None else []
-        ev = Evaluation(run, store=results, stored=stored, sinks=sinks, progress=self._progress, origin=child)
+        origin = functools.partial(served.run_id, child)  # the MLflow run's id, once started
+        ev = Evaluation(run, store=results, stored=stored, sinks=sinks, progress=self._progress, origin=origin)
         store_path = results.path if results is not None else None
         cell = OpenCell(run, child, ev, own, store_path, sink.trace_ids if sink is not None else {})
         self._open.append(cell)
@@ -281,13 +290,14 @@ class TrackedRun:
         tagged on the run's MLflow run) and the run goes on — its items, table and MLflow runs stay. True when
         it was written."""
         try:
-            write()
+            with served.waited():  # its writes to the tracking store waited for: one that fails fails the report
+                write()
         except Exception as exc:
             error = redact(f"{type(exc).__name__}: {exc}")
             logger.warning("%s could not be written (the run's results are kept): %s", what, error)
-            if self.run_id is not None:
+            if self._run is not None:
                 with contextlib.suppress(Exception):  # a tracking store that fails too: the warning above says it
-                    store.set_tags(self.run_id, {f"dspy_for.report_failed.{_tag(what)}": error[:500]})
+                    store.set_tags(self._run, {f"dspy_for.report_failed.{_tag(what)}": error[:500]})
             return False
         return True
 
@@ -326,7 +336,10 @@ class TrackedRun:
 
 def _end_stale_runs(experiment: str) -> None:
     """End KILLED the experiment's MLflow runs that a process that is gone left RUNNING, and say so in one line."""
-    ended = store.end_stale_runs(experiment)
+    store.end_stale_runs(experiment, _say_ended)
+
+
+def _say_ended(ended: dict[str, list[str]]) -> None:
     if ended:
         logger.warning(
             "ended %d MLflow run(s) left RUNNING by a run whose process is gone (pid %s): marked KILLED",

@@ -365,16 +365,17 @@ def _finish(advice: Advice, started: float, tracked: TrackedRun) -> None:
         advice.at_volume = volume_rows(advice)
         advice.breakeven = volume_breakeven(advice)
     advice.elapsed = time.monotonic() - started
-    parent = tracked.run_id
-    assert parent is not None
+    parent = tracked.run_id  # None: the tracking store could not start it (its warning said why)
     tracked.report("the frontier plot", lambda: _frontier(advice, parent))
-    tracked.report("the answer's record", lambda: log_advice(parent, advice))
+    if parent is not None:
+        tracked.report("the answer's record", lambda: log_advice(parent, advice))
 
 
-def _frontier(advice: Advice, parent: str) -> None:
+def _frontier(advice: Advice, parent: str | None) -> None:
     fig = frontier_figure(advice)
     if fig is not None and advice.run_dir is not None:
         path = advice.run_dir / f"frontier_{advice.dataset}.png"
         fig.savefig(path, dpi=120, bbox_inches="tight")
-        store.log_artifact(parent, path)
         advice.plots.append(path)
+        if parent is not None:
+            store.log_artifact(parent, path)

@@ -19,23 +19,23 @@ streams out as it finishes; metrics stay DSPy metrics (``metric(example, predict
 from __future__ import annotations
 
 import contextvars
-import json
+import functools
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_for.compat.dspy import warm_completion_path
 from dspy_for.experiments.core.heap import HeapHold, frozen_heap
+from dspy_for.experiments.core.item_record import Outcome, item_record
 from dspy_for.experiments.core.judging import judge_item
-from dspy_for.experiments.core.prepare import Metric, PreparedRun
+from dspy_for.experiments.core.prepare import PreparedRun
 from dspy_for.experiments.core.records import ItemResult, MethodResult, example_key, record_key
 from dspy_for.experiments.core.schedule import WorkQueue, calls_per_item
 from dspy_for.experiments.core.serving import Serving
@@ -70,8 +70,9 @@ def evaluate(
 
 class Evaluation:
     """One method on one dataset as a stream of records (see the module docstring). ``origin`` names the run that
-    produces the new records (an MLflow run id), kept in each for a later reuse to point to; ``stored``: ``store``'s
-    records when the caller has read them."""
+    produces the new records (an MLflow run id; or a function giving it, called once, as the first record is made:
+    the tracking store may still be starting the run), kept in each for a later reuse to point to; ``stored``:
+    ``store``'s records when the caller has read them."""
 
     def __init__(
         self,
@@ -80,10 +81,10 @@ class Evaluation:
         store: ResultStore | None = None,
         sinks: Sequence[Sink] = (),
         progress: bool = True,
-        origin: str | None = None,
+        origin: str | Callable[[], str | None] | None = None,
         stored: Mapping[str, ItemResult] | None = None,
     ) -> None:
-        self.run, self.origin, self.store = run, origin, store
+        self.run, self.store, self._origin = run, store, origin
         self.stored = dict(stored) if stored is not None else store.load() if store is not None else {}
         self.progress = ProgressBar(run.method.label, progress)
         # the caller's sinks before the store: a record stored for resume has been handed to every sink (its trace)
@@ -95,6 +96,10 @@ class Evaluation:
         self._start = time.perf_counter()
         self.serving = Serving()  # what served this run's calls, the stack it talks to now, what it runs again
         self._restore: dict[str, int] = {}  # the record order before records were forgotten, to run again
+
+    @functools.cached_property
+    def origin(self) -> str | None:
+        return self._origin() if callable(self._origin) else self._origin
 
     # ------------------------------------------------------------------------------------------ feed
 
@@ -182,7 +187,7 @@ class Evaluation:
         others). Epoch ``e`` runs inside :func:`~dspy_for.lm.epoch`: its LM calls are samples of their own."""
         run, (example, e) = self.run, unit
         started, t0 = time.time(), time.perf_counter()
-        outcome = _Outcome()
+        outcome = Outcome()
         pred = dspy.Prediction()
         anew = answered_anew() if _unit_key(unit) in self.serving.rerun else nullcontext()
         with dspy.context(lm=run.lm), epoch(e), anew, track_usage() as usage, role("task"):
@@ -198,7 +203,9 @@ class Evaluation:
             outcome.error_class = failed_calls[0].error or "LMError"
             outcome.error = f"{outcome.error_class}: {len(failed_calls)} LM call(s) failed inside the method"
         outcome.usage, outcome.wall_time = usage.to_dict(), time.perf_counter() - t0
-        record = replace(_record(example, pred, outcome, run.metric), started_at=started, origin=self.origin, epoch=e)
+        record = replace(
+            item_record(example, pred, outcome, run.metric), started_at=started, origin=self.origin, epoch=e
+        )
         record.served_by = self.serving.saw(usage.calls)
         calls = list(usage.calls)
         if run.judge is not None:
@@ -335,17 +342,6 @@ def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None, heap
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-@dataclass
-class _Outcome:
-    """What running one item produced besides its prediction."""
-
-    usage: dict[str, dict[str, float]] | None = None
-    wall_time: float = 0.0
-    error: str | None = None
-    error_class: str | None = None
-    unparsed: bool = False
-
-
 #: one epoch of one item: what runs, lands and is stored as one record
 _Unit = tuple[dspy.Example, int]
 
@@ -356,44 +352,3 @@ def _prior_calls(plan: _Plan) -> float:
 
 def _unit_key(unit: _Unit) -> str:
     return record_key(example_key(unit[0]), unit[1])
-
-
-_SKIP_FIELDS = {"trajectory", "usage", "stats", "answers_by_round"}
-
-
-def _record(example: dspy.Example, pred: dspy.Prediction, outcome: _Outcome, metric: Metric) -> ItemResult:
-    error, error_class, score = outcome.error, outcome.error_class, 0.0
-    if error is None and not outcome.unparsed:
-        try:
-            score = float(metric(example, pred))
-        except Exception as exc:  # a metric that cannot read the answer: a bug to see, not a wrong answer
-            error, error_class = f"metric failed: {type(exc).__name__}: {exc}", type(exc).__name__
-    stats = pred.get("stats") if error is None else None
-    return ItemResult(
-        id=str(example.get("id")),
-        question=str(example.get("question", "")),
-        gold=example.get("answer"),
-        prediction=_jsonable_fields(pred),
-        score=score,
-        error=error,
-        usage=outcome.usage or {},
-        trajectory=pred.get("trajectory"),
-        answers_by_round=pred.get("answers_by_round"),
-        stats={k: float(v) for k, v in (stats or {}).items()},
-        wall_time=outcome.wall_time,
-        error_class=error_class,
-        unparsed=outcome.unparsed,
-    )
-
-
-def _jsonable_fields(pred: dspy.Prediction) -> dict[str, Any]:
-    out = {}
-    for k, v in pred.items():
-        if k in _SKIP_FIELDS or k.startswith("_"):
-            continue
-        try:
-            json.dumps(v)
-            out[k] = v
-        except TypeError:
-            out[k] = str(v)
-    return out

@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from dspy_for.experiments.core.summarize import summarize
-from dspy_for.experiments.tracking import store, traces
+from dspy_for.experiments.tracking import served, store, traces
 from dspy_for.experiments.tracking.writer import trace_writer
 from dspy_for.secrets import redact
 
@@ -48,8 +48,8 @@ class MlflowSink:
         self.trace_ids: dict[str, str] = {}
         if trace:
             try:
-                served = store.current_uri() if store.served_elsewhere() else None
-                context = traces.trace_context(run, run_id, served=served)
+                uri = store.current_uri() if served.elsewhere() else None
+                context = traces.trace_context(run, run_id, served=uri)
                 self._writer, self._method = trace_writer(), context.method
                 self._sink = self._writer.open(context, self.trace_ids)
             except Exception as exc:

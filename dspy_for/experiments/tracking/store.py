@@ -29,7 +29,7 @@ from dspy_for.errors import PathError, ServerError
 from dspy_for.experiments.core.folders import writable_folder
 from dspy_for.experiments.core.heap import importing
 from dspy_for.experiments.core.sinks import critical
-from dspy_for.experiments.tracking import runs
+from dspy_for.experiments.tracking import runs, served
 from dspy_for.experiments.tracking.runs import PROCESS_TAG
 from dspy_for.jsonwalk import flat_items
 from dspy_for.lm.llama_build import server_build
@@ -105,53 +105,16 @@ def setup_tracking(uri: str | None, experiment: str, *, traces: bool = False) ->
     root = tracking_root(uri)
     artifact_root = (root / "artifacts").resolve().as_uri() if uri.startswith("sqlite:///") else None
     _check_writable(root, uri)
-    _STORE.update(uri=uri, experiment=experiment, here=False)
+    served.STORE.update(uri=uri, experiment=experiment, here=False)
     with importing():  # MLflow and its SQL store, when they load here: the collector stays off while they do
-        _call("open_store", uri, experiment, str(root), artifact_root)
+        served.write("open_store", uri, experiment, str(root), artifact_root)
     return root
-
-
-#: the store :func:`setup_tracking` opened last: its ``uri`` and ``experiment``, and whether MLflow ``here``, in this
-#: process, points at them (the command line's tracking process may have opened it)
-_STORE: dict[str, Any] = {}
-
-
-def _call(name: str, *args: Any) -> Any:
-    """``runs.<name>(*args)`` where the store is served: in the command line's tracking process when one serves this
-    process (:func:`~dspy_for.experiments.tracking.writer.store_server`), else here."""
-    from dspy_for.experiments.tracking.writer import store_server
-
-    server = store_server()
-    if server is not None:
-        try:
-            return server.call(name, args)
-        except ConnectionError:  # the tracking process is gone: this process serves the store from now on
-            logger.warning("the tracking process stopped: MLflow is written from this process")
-    _here(opening=name == "open_store")
-    return getattr(runs, name)(*args)
-
-
-def served_elsewhere() -> bool:
-    """Whether the command line's tracking process serves the store of this process (MLflow is not loaded here)."""
-    from dspy_for.experiments.tracking.writer import store_server
-
-    return store_server() is not None
 
 
 def current_uri() -> str | None:
     """The URI of the store :func:`setup_tracking` opened last (None before it did)."""
-    uri = _STORE.get("uri")
+    uri = served.STORE.get("uri")
     return str(uri) if uri is not None else None
-
-
-def _here(*, opening: bool = False) -> None:
-    """MLflow in this process points at the store :func:`setup_tracking` opened (``opening``: it is being opened here,
-    which points it)."""
-    if _STORE and not _STORE["here"] and not opening:
-        with importing():
-            runs.use_store(_STORE["uri"], _STORE["experiment"])
-    if _STORE:
-        _STORE["here"] = True
 
 
 def _check_writable(root: Path, uri: str) -> None:
@@ -176,7 +139,7 @@ def autolog() -> None:
 
     from dspy_for.experiments.tracking.masking import install_span_masking
 
-    _here()
+    served.here()
     install_span_masking()
     mlflow.dspy.autolog()
 
@@ -230,13 +193,13 @@ def environment_params() -> dict[str, str]:
 
 def client() -> Any:
     """An ``MlflowClient`` on the current tracking URI (see :func:`setup_tracking`), in this process."""
-    _here()
+    served.here()
     return runs.client()
 
 
 def experiment_id(experiment: str) -> str:
     """The id of ``experiment`` in the store :func:`setup_tracking` opened."""
-    return str(_call("experiment_id", experiment))
+    return str(served.call("experiment_id", experiment))
 
 
 @critical_write
@@ -247,15 +210,15 @@ def start_run(
     the process that runs it (:data:`PROCESS_TAG`), so a later run can end it when that process is gone
     (:func:`end_stale_runs`)."""
     parent = {"mlflow.parentRunId": parent_id} if parent_id else {}
-    return str(_call("start_run", name, experiment, {**(tags or {}), **parent, PROCESS_TAG: runs.process_tag()}))
+    return served.start_run(name, experiment, {**(tags or {}), **parent, PROCESS_TAG: runs.process_tag()})
 
 
 @critical_write
-def end_stale_runs(experiment: str) -> dict[str, list[str]]:
+def end_stale_runs(experiment: str, then: Callable[[dict[str, list[str]]], None]) -> None:
     """End KILLED every run of ``experiment`` left RUNNING by a process of this machine that is gone (a run killed
-    with SIGKILL, or a crash, cannot end its own runs), tagged ``dspy_for.ended_stale`` with why; returns the ended
-    runs' ids by the pid that left them."""
-    return dict(_call("end_stale_runs", experiment))
+    with SIGKILL, or a crash, cannot end its own runs), tagged ``dspy_for.ended_stale`` with why; ``then`` gets the
+    ended runs' ids by the pid that left them (once the tracking process answered, where it serves the store)."""
+    served.call("end_stale_runs", experiment, then=then, left=True)
 
 
 @contextmanager
@@ -267,36 +230,36 @@ def active_run(run_id: str, enabled: bool = True) -> Iterator[None]:
         return
     import mlflow
 
-    _here()
-    with mlflow.start_run(run_id=run_id):
+    served.here()
+    with mlflow.start_run(run_id=served.run_id(run_id)):
         yield
 
 
 @critical_write
 def end_run(run_id: str, status: str) -> None:
-    _call("end_run", run_id, status)
+    served.write("end_run", run_id, status)
 
 
 @critical_write
 def log_params(run_id: str, params: Mapping[str, Any]) -> None:
     """``params`` flattened and made safe (:func:`safe_params`), in one call."""
-    _call("log_params", run_id, safe_params(params))
+    served.write("log_params", run_id, safe_params(params))
 
 
 @critical_write
 def log_metrics(run_id: str, metrics: Mapping[str, float]) -> None:
-    _call("log_metrics", run_id, {k: float(v) for k, v in metrics.items()})
+    served.write("log_metrics", run_id, {k: float(v) for k, v in metrics.items()})
 
 
 @critical_write
 def set_tags(run_id: str, tags: Mapping[str, str]) -> None:
-    _call("set_tags", run_id, {k: redact(str(v))[:5000] for k, v in tags.items()})
+    served.write("set_tags", run_id, {k: redact(str(v))[:5000] for k, v in tags.items()})
 
 
 @critical_write
 def log_text(run_id: str, text: str, name: str) -> None:
     """A text artifact, masked by :func:`redact`."""
-    _call("log_text", run_id, redact(text), name)
+    served.write("log_text", run_id, redact(text), name)
 
 
 def log_json(run_id: str, obj: Any, name: str) -> None:
@@ -312,14 +275,14 @@ def log_table(run_id: str, rows: list[dict[str, Any]], name: str) -> None:
 def log_artifact(run_id: str, path: Path) -> None:
     """A file already saved at ``path`` (a plot, a program), as the artifact ``path.name`` (the same file: not drawn or
     written a second time)."""
-    _call("log_artifact", run_id, str(path))
+    served.write("log_artifact", run_id, str(path))
 
 
 def log_dataset_input(run_id: str | None, dataset: Mapping[str, Any]) -> None:
     """A dataset input (:func:`~dspy_for.experiments.tracking.datasets.dataset_input`'s fields) of run ``run_id``
     (None: the active run, in this process)."""
     if run_id is None:
-        _here()
+        served.here()
         runs.log_dataset_input(None, dataset)
     else:
-        _call("log_dataset_input", run_id, dataset)
+        served.write("log_dataset_input", run_id, dataset)

@@ -18,12 +18,15 @@ from typing import Any
 from dspy_for.experiments.tracking.assessments import TraceContext
 from dspy_for.secrets import redact
 
-__all__ = ["BATCH", "BOOT", "GIVE_UP", "Batcher", "serve", "text", "waiting"]
+__all__ = ["BATCH", "BOOT", "GIVE_UP", "TOKEN", "Batcher", "named", "serve", "text", "waiting"]
 
 #: the most traces stored in one transaction
 BATCH = 256
 #: failed batches of one run after which the writer stops trying it (each item still gets its warning)
 GIVE_UP = 3
+#: how a placeholder for a run not started yet begins: the run's process names a run by it until the tracking process,
+#: which starts the run, answers with its id
+TOKEN = "dspy-for-run-pending:"
 #: the process's start: read everything sent from the first moment (a thread), then import and serve
 BOOT = """
 import sys, threading, queue
@@ -44,23 +47,32 @@ serve(conn, inbox)
 
 class Batcher:
     """What either writer runs on what it receives, in order: ``("open", sink, context)``, ``("trace", sink, seq,
-    payload)`` and ``("call", seq, name, args)``; every batch of one sink's traces is stored in one transaction and
-    answered ``("done", sink, seq, failures, stored)`` through ``reply`` (``stored``: each stored trace's seq and trace
-    id), every call ``("answer", seq, ok, value)``."""
+    payload)`` and ``("call", seq, name, args, token)``; every batch of one sink's traces is stored in one transaction
+    and answered ``("done", sink, seq, failures, stored)`` through ``reply`` (``stored``: each stored trace's seq and
+    trace id), every call ``("answer", seq, ok, value)``.
+
+    A run started by a call with a ``token`` (:func:`~.runs.start_run`: a placeholder the run's process made, see
+    :data:`TOKEN`) is known by it from then on: wherever a later call's arguments or a sink's context hold the token,
+    the run's id stands in its place."""
 
     def __init__(self, reply: Callable[[tuple[Any, ...]], None]) -> None:
         self.reply = reply
         self.contexts: dict[int, TraceContext | Exception] = {}
         self.failed_batches: dict[int, int] = {}
+        self.ids: dict[str, str] = {}  # token -> the id of the run its call started
 
     def handle(self, messages: list[tuple[Any, ...]]) -> None:
         traces: dict[int, list[tuple[int, dict[str, Any]]]] = {}
         for message in messages:
             if message[0] == "open":
-                self.contexts[message[1]] = _context(message[2])
+                self.contexts[message[1]] = _context(named(message[2], self.ids.get))
             elif message[0] == "call":  # a call of the store's, answered in its turn: the traces sent before it first
                 self._flush(traces)
-                self.reply(("answer", message[1], *_answer(message[2], message[3])))
+                _, seq, name, args, token = message
+                ok, value = _answer(name, named(args, self.ids.get))
+                if ok and token is not None:
+                    self.ids[token] = value
+                self.reply(("answer", seq, ok, value))
             else:
                 traces.setdefault(message[1], []).append((message[2], message[3]))
         self._flush(traces)
@@ -99,6 +111,18 @@ class Batcher:
                 self.failed_batches[sink] = self.failed_batches.get(sink, 0) + 1
         failures = [(str(items[i][1]["id"]), text) for i, text in sorted(why.items())]
         self.reply(("done", sink, items[-1][0], failures, sorted(ids.items())))
+
+
+def named(value: Any, lookup: Callable[[str], str | None]) -> Any:
+    """``value`` with every token (:data:`TOKEN`) that ``lookup`` knows replaced by its run's id, in dicts, lists and
+    tuples too."""
+    if isinstance(value, str):
+        return (lookup(value) or value) if value.startswith(TOKEN) else value
+    if isinstance(value, dict):
+        return {k: named(v, lookup) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(named(v, lookup) for v in value)
+    return value
 
 
 def _context(fields: dict[str, Any] | TraceContext) -> TraceContext | Exception:

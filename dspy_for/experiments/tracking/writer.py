@@ -54,6 +54,7 @@ __all__ = [
     "BATCH",
     "GIVE_UP",
     "MODE_ENV",
+    "known_run",
     "TraceWriter",
     "start_tracking_process",
     "store_server",
@@ -79,6 +80,16 @@ class _Sink:
     next_seq: int = 0
 
 
+@dataclass(frozen=True)
+class _Posted:
+    """A call sent to the writer process and not answered yet."""
+
+    name: str
+    wait: bool
+    token: str | None
+    then: Callable[[Any], None] | None
+
+
 class TraceWriter:
     """The run's side of the process's trace writer (see the module docstring): ``process`` or ``thread``."""
 
@@ -90,7 +101,9 @@ class TraceWriter:
         self._progress = time.monotonic()
         self._closing = False
         self.serves_store = False  # the store's calls are made in its process (:func:`start_tracking_process`)
-        self._answers: dict[int, tuple[bool, Any]] = {}  # a call's seq -> its answer, until its caller takes it
+        self._posted: dict[int, _Posted] = {}  # a call's seq -> what it is, until it is answered
+        self._answers: dict[int, tuple[bool, Any]] = {}  # a waited-for call's seq -> its answer, until taken
+        self._ids: dict[str, str | None] = {}  # a token -> the id of the run its call started (None: not started)
         self._calls = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._send: Callable[[tuple[Any, ...]], None]
@@ -126,22 +139,55 @@ class TraceWriter:
                     s.keys[seq] = key
             self._post(("trace", sink, seq, payload))
 
-    def call(self, name: str, args: tuple[Any, ...]) -> Any:
-        """``runs.<name>(*args)`` made in the writer process, waited for: what it returns, or what it raised raised
-        here; :class:`ConnectionError` when the process is gone before it answered."""
+    def call(
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        *,
+        wait: bool = True,
+        token: str | None = None,
+        then: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """``runs.<name>(*args)`` made in the writer process, in the order of everything sent to it. ``wait``: waited
+        for — what it returns, or what it raised raised here; :class:`ConnectionError` when the process is gone before
+        it answered. Else it is sent and left: ``then`` gets what it returns, what it raises is a warning, and a run it
+        starts is named by ``token`` (:data:`~.tracker.TOKEN`) until :meth:`run_id` has its id."""
         with self._send_lock:
             with self._lock:
                 seq, self._calls = self._calls, self._calls + 1
-            self._post(("call", seq, name, args))
+                self._posted[seq] = _Posted(name, wait, token, then)
+            self._post(("call", seq, name, args, token))
+        if not wait:
+            return None
         with self._lock:
             while seq not in self._answers and self._process is not None:
                 self._lock.wait(timeout=1.0)
             if seq not in self._answers:
+                self._posted.pop(seq, None)
                 raise ConnectionError(f"the tracking process stopped before it answered {name}")
             ok, value = self._answers.pop(seq)
         if not ok:
             raise value
         return value
+
+    def run_id(self, token: str) -> str | None:
+        """The id of the run started under ``token`` (waited for); None when it could not be started (its warning said
+        why) or the process is gone."""
+        with self._lock:
+            while token not in self._ids and self._process is not None:
+                self._lock.wait(timeout=1.0)
+            return self._ids.get(token)
+
+    def known(self, token: str) -> str | None:
+        """The id of the run started under ``token``, if the process answered already (not waited for)."""
+        with self._lock:
+            return self._ids.get(token)
+
+    def settle(self) -> None:
+        """Until every call sent is answered (or the process is gone)."""
+        with self._lock:
+            while self._posted and self._process is not None:
+                self._lock.wait(timeout=1.0)
 
     def wait(self, sink: int) -> None:
         """Until every trace added to ``sink`` is stored or warned about (or the writer made no progress for
@@ -174,9 +220,7 @@ class TraceWriter:
         """A batch stored (``done``, sink, its last seq, its failures): warned about, forgotten, waiters woken; or a
         call answered (``answer``, its seq, ok, its value)."""
         if message[0] == "answer":
-            with self._lock:
-                self._answers[message[1]] = (message[2], message[3])
-                self._lock.notify_all()
+            self._answered(*message[1:])
             return
         _, sink, seq, failures, stored = message
         with self._lock:
@@ -191,6 +235,23 @@ class TraceWriter:
                 _warn(s.context, item, why)
             self._progress = time.monotonic()
             self._lock.notify_all()
+
+    def _answered(self, seq: int, ok: bool, value: Any) -> None:
+        """A call answered: its caller woken (a call waited for), or what it returned handed on and what it raised
+        warned about (a call left)."""
+        with self._lock:
+            posted = self._posted.pop(seq)
+            if posted.token is not None:
+                self._ids[posted.token] = value if ok else None
+            if posted.wait:
+                self._answers[seq] = (ok, value)
+            self._lock.notify_all()
+        if posted.wait:
+            return
+        if not ok:
+            logger.warning("could not write to MLflow (%s): %s", posted.name, text(value))
+        elif posted.then is not None:
+            posted.then(value)
 
     def _start_thread(self) -> Callable[[tuple[Any, ...]], None]:
         inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -250,14 +311,15 @@ class TraceWriter:
 
     def _close(self, ours: socket.socket) -> None:
         """At exit: the writer process is told there is nothing more (its input ends) and ends; while it still holds
-        traces not stored (a sink that never waited for them), it is waited for, at most :data:`STALL_SECONDS`."""
+        traces not stored (a sink that never waited for them) or calls not made, it is waited for, at most
+        :data:`STALL_SECONDS`."""
         if self.pid != os.getpid() or self._process is None:
             return
         self._closing = True
         with contextlib.suppress(OSError):
             ours.shutdown(socket.SHUT_WR)
         with self._lock:
-            pending = any(s.sent for s in self._sinks.values())
+            pending = bool(self._posted) or any(s.sent for s in self._sinks.values())
         if pending:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._process.wait(timeout=STALL_SECONDS)
@@ -286,6 +348,13 @@ def start_tracking_process() -> TraceWriter:
     writer = trace_writer()
     writer.serves_store = writer.mode == "process"
     return writer
+
+
+def known_run(token: str) -> str | None:
+    """The id of the run this process's tracking process started under ``token``, if it answered (even if it stopped
+    since)."""
+    writer = _WRITER.get("writer")
+    return writer.known(token) if writer is not None else None
 
 
 def store_server() -> TraceWriter | None:

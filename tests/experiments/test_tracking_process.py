@@ -1,0 +1,221 @@
+"""The command line's tracking process (:func:`~dspy_for.experiments.tracking.writer.start_tracking_process`): started
+before the command imports DSPy, it serves the run's tracking store — MLflow's runs, params, metrics, tags, artifacts
+and dataset inputs (:mod:`dspy_for.experiments.tracking.runs`) are made there, each waited for, its errors raised in
+the run's process — so a comparison's own process never imports MLflow, and everything it tracked is in the store.
+A tracking process that dies hands the store back to the run's process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dspy_for.cli_start import tracks
+from dspy_for.experiments.tracking import runs as runs_module
+from dspy_for.experiments.tracking import store
+from dspy_for.experiments.tracking import writer as writer_module
+from dspy_for.experiments.tracking.writer import TraceWriter, start_tracking_process, store_server
+from dspy_for.testing import OpenAICompatibleServer, for_responder
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONFIG = """
+experiment = "served"
+lm = "openai/test-model"
+lm_options = {{ api_base = "{base}", api_key = "sk-test" }}
+num_threads = 4
+baseline = "cot"
+[[methods]]
+name = "cot"
+[[methods]]
+name = "single"
+"""
+
+#: the command line as ``dspy-for`` runs it, in a process of its own; what that process imported, printed at its exit
+ENTRY = """
+import atexit, json, sys
+atexit.register(lambda: print("IMPORTED " + json.dumps(sorted(m for m in ("mlflow", "sqlalchemy", "pandas", "dspy")
+                                                                if m in sys.modules))))
+sys.argv = ["dspy-for", *sys.argv[1:]]
+from dspy_for.cli_start import main
+main()
+"""
+
+
+def _rows(tmp_path: Path, n: int) -> Path:
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {i} + 18?", "answer": "18"}) + "\n"
+                            for i in range(n)))  # fmt: skip
+    return data
+
+
+def _command(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DSPY_CACHEDIR": str(tmp_path / "dspy-cache"), "CI": "true"}
+    env.pop(writer_module.MODE_ENV, None)
+    return subprocess.run([sys.executable, "-c", ENTRY, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["compare", "c.toml"], True),
+        (["advise", "--lm", "openai/x"], True),
+        (["compare", "c.toml", "--dry-run"], False),
+        (["compare", "--help"], False),
+        (["sweep", "s.toml"], False),
+        (["ask", "what?"], False),
+        ([], False),
+    ],
+)
+def test_only_a_command_that_writes_to_the_store_starts_a_tracking_process(argv, expected):
+    assert tracks(argv) is expected
+
+
+def test_the_tracking_process_starts_before_the_command_imports_dspy(tmp_path):
+    """``cli_start.start`` starts the tracking process, serving the store, from a process that has not imported DSPy,
+    litellm or MLflow (so that process's start-up runs beside the command's imports)."""
+    code = textwrap.dedent("""
+        import json, sys
+        from dspy_for import cli_start
+        cli_start.start(["compare", "c.toml"])
+        from dspy_for.experiments.tracking.writer import store_server
+        server = store_server()
+        print(json.dumps({"serving": server is not None and server.mode == "process",
+                          "loaded": sorted(m for m in ("dspy", "litellm", "mlflow") if m in sys.modules)}))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(writer_module.MODE_ENV, None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    assert json.loads(out.stdout.splitlines()[-1]) == {"serving": True, "loaded": []}
+
+
+@pytest.mark.parametrize("traces", [True, False])
+def test_a_comparison_from_the_command_line_never_imports_mlflow_and_tracks_everything(tmp_path, traces):
+    """``dspy-for compare`` with a plain ``dspy.LM`` against the test server: its process never imports MLflow (nor its
+    SQL store, nor pandas), and the store holds what a run tracked in the run's process did: the parent run with its
+    spec, each cell's run with its params, metrics, dataset input, program and items, a trace per item (with traces),
+    every run FINISHED and tagged with the command's own process."""
+    from mlflow.tracking import MlflowClient
+
+    n = 5
+    with OpenAICompatibleServer(for_responder("18")) as server:
+        config = tmp_path / "c.toml"
+        config.write_text(CONFIG.format(base=server.base_url))
+        uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+        flag = "--traces" if traces else "--no-traces"
+        done = _command(tmp_path, "compare", str(config), "--data", str(_rows(tmp_path, n)), "--tracking-uri", uri, flag)
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = json.loads(done.stdout.split("IMPORTED ", 1)[1].splitlines()[0])
+    assert imported == ["dspy"]
+    assert {r["body"]["model"] for r in requests} == {"test-model"} and len(requests) == 2 * n
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("served")
+    found = client.search_runs([exp.experiment_id])
+    parent = next(r for r in found if r.data.tags.get("dspy_for.kind") == "comparison")
+    cells = {r.data.params["label"]: r for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert set(cells) == {"cot", "single"}
+    assert "spec.experiment" in parent.data.params and parent.info.status == "FINISHED"
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"summary.jsonl", "summary.txt"}
+    processes = {r.data.tags[runs_module.PROCESS_TAG].split(":")[1] for r in found}
+    assert len(processes) == 1 and processes != {str(os.getpid())}  # the command's process, not the tracking one
+    for label, run in cells.items():
+        assert run.info.status == "FINISHED" and run.data.metrics["n"] == float(n)
+        assert run.data.params["method"] == label
+        assert [d.dataset.digest for d in run.inputs.dataset_inputs] != []
+        assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"items.jsonl", f"{label}.program.json"}
+        stored = client.search_traces(locations=[exp.experiment_id], max_results=100,
+                                      filter_string=f"metadata.`mlflow.sourceRun` = '{run.info.run_id}'")  # fmt: skip
+        assert len(stored) == (n if traces else 0)
+    assert "sk-test" not in json.dumps([r.data.params for r in found])
+
+
+@pytest.fixture
+def serving(tmp_path, monkeypatch):
+    """This process's store served by a tracking process of its own, for the test only; the store at ``uri``."""
+    monkeypatch.delenv(writer_module.MODE_ENV, raising=False)
+    monkeypatch.delitem(writer_module._WRITER, "writer", raising=False)
+    monkeypatch.setattr(store, "_STORE", {})
+    monkeypatch.chdir(tmp_path)
+    server = start_tracking_process()
+    assert store_server() is server and server.mode == "process"
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    store.setup_tracking(uri, "served")
+    yield uri
+    writer_module._WRITER.pop("writer", None)
+    if server._process is not None:
+        server._process.kill()
+        server._process.wait()
+
+
+def _calls_made_here(monkeypatch) -> list[str]:
+    made: list[str] = []
+    for name in runs_module.__all__:
+        real = getattr(runs_module, name)
+        if callable(real):
+            monkeypatch.setattr(runs_module, name, lambda *a, _real=real, _name=name: (made.append(_name), _real(*a))[1])
+    return made
+
+
+def test_the_tracking_process_makes_the_stores_calls_and_raises_their_errors_here(serving, monkeypatch):
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    made = _calls_made_here(monkeypatch)
+    run_id = store.start_run("served run", "served", tags={"k": "v"})
+    store.log_params(run_id, {"a": {"b": 1}, "api_key": "sk-secret"})
+    store.log_metrics(run_id, {"acc": 0.5})
+    store.end_run(run_id, "FINISHED")
+    with pytest.raises(MlflowException):
+        store.end_run("no-such-run", "FINISHED")
+    assert made == []  # every call above was made in the tracking process
+    run = MlflowClient(serving).get_run(run_id)
+    assert run.data.params == {"a.b": "1"} and run.data.metrics == {"acc": 0.5} and run.info.status == "FINISHED"
+    assert run.data.tags["k"] == "v" and run.data.tags[runs_module.PROCESS_TAG] == runs_module.process_tag()
+
+
+def test_a_tracking_process_that_dies_hands_the_store_to_the_run(serving, monkeypatch, caplog):
+    from mlflow.tracking import MlflowClient
+
+    server = store_server()
+    assert server is not None and server._process is not None
+    server._process.kill()
+    server._process.wait()
+    made = _calls_made_here(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        run_id = store.start_run("after", "served")
+    assert "start_run" in made and store_server() is None
+    assert MlflowClient(serving).get_run(run_id).info.run_name == "after"
+    assert any("tracking process stopped" in r.getMessage() for r in caplog.records)
+
+
+def test_a_comparison_with_a_scripted_lm_tracks_through_the_tracking_process(serving, install_scripted_lm, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from dspy_for.experiments.comparison import compare
+    from dspy_for.testing import for_responder
+
+    install_scripted_lm(for_responder("18"))
+    made = _calls_made_here(monkeypatch)
+    spec = Path("c.toml")
+    spec.write_text('experiment = "served"\nlm = "openai/fake"\nbaseline = "cot"\n[[datasets]]\nname = "gsm8k"\n'
+                    'split = "sample"\nfirst = 3\n[[methods]]\nname = "cot"\n')  # fmt: skip
+    result: Any = compare(spec, tracking_uri=serving)
+    assert result.ok and made == []
+    client = MlflowClient(serving)
+    cell = client.search_runs(
+        [client.get_experiment_by_name("served").experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{result.run_id}'",
+    )[0]
+    assert cell.data.metrics["n"] == 3.0 and cell.info.status == "FINISHED"
+    assert len(result.results["gsm8k"]["cot"].trace_ids) == 3
