@@ -18,7 +18,6 @@ and the one loop that feeds cells side by side on one pool of threads
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 import traceback
@@ -211,7 +210,7 @@ class TrackedRun:
             return None
         sink = MlflowSink(run, child, end_run=False) if child is not None else None
         sinks = [sink] if sink is not None else []
-        origin = functools.partial(served.run_id, child)  # the MLflow run's id, once started
+        origin = served.future_id(child)  # the MLflow run's id (its future while the tracking store starts it)
         ev = Evaluation(run, store=results, stored=stored, sinks=sinks, progress=self._progress, origin=origin)
         store_path = results.path if results is not None else None
         cell = OpenCell(run, child, ev, own, store_path, sink.trace_ids if sink is not None else {})

@@ -19,9 +19,10 @@ import pytest
 
 from dspy_for.cli_start import tracks
 from dspy_for.experiments.tracking import runs as runs_module
-from dspy_for.experiments.tracking import store
+from dspy_for.experiments.tracking import served, store
 from dspy_for.experiments.tracking import writer as writer_module
-from dspy_for.experiments.tracking.writer import TraceWriter, start_tracking_process, store_server
+from dspy_for.experiments.tracking.tracker import TOKEN
+from dspy_for.experiments.tracking.writer import start_tracking_process, store_server
 from dspy_for.testing import OpenAICompatibleServer, for_responder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,6 +138,9 @@ def test_a_comparison_from_the_command_line_never_imports_mlflow_and_tracks_ever
         stored = client.search_traces(locations=[exp.experiment_id], max_results=100,
                                       filter_string=f"metadata.`mlflow.sourceRun` = '{run.info.run_id}'")  # fmt: skip
         assert len(stored) == (n if traces else 0)
+        origins = {json.loads(line)["origin"] for f in tmp_path.glob(f"mlruns/**/{label}.*.jsonl")
+                   for line in f.read_text().splitlines()}  # fmt: skip
+        assert origins == {run.info.run_id}
     assert "sk-test" not in json.dumps([r.data.params for r in found])
 
 
@@ -145,7 +149,7 @@ def serving(tmp_path, monkeypatch):
     """This process's store served by a tracking process of its own, for the test only; the store at ``uri``."""
     monkeypatch.delenv(writer_module.MODE_ENV, raising=False)
     monkeypatch.delitem(writer_module._WRITER, "writer", raising=False)
-    monkeypatch.setattr(store, "_STORE", {})
+    monkeypatch.setattr(served, "STORE", {})
     monkeypatch.chdir(tmp_path)
     server = start_tracking_process()
     assert store_server() is server and server.mode == "process"
@@ -167,36 +171,69 @@ def _calls_made_here(monkeypatch) -> list[str]:
     return made
 
 
-def test_the_tracking_process_makes_the_stores_calls_and_raises_their_errors_here(serving, monkeypatch):
-    from mlflow.exceptions import MlflowException
+def test_the_tracking_process_makes_the_stores_calls_and_the_run_waits_for_none_of_them(serving, monkeypatch):
+    """A run is started under a token, its writes are sent and left: nothing waits until its id is asked for; every
+    call is made in the tracking process, in order, the token standing for the run's id there."""
     from mlflow.tracking import MlflowClient
 
     made = _calls_made_here(monkeypatch)
-    run_id = store.start_run("served run", "served", tags={"k": "v"})
-    store.log_params(run_id, {"a": {"b": 1}, "api_key": "sk-secret"})
-    store.log_metrics(run_id, {"acc": 0.5})
-    store.end_run(run_id, "FINISHED")
-    with pytest.raises(MlflowException):
-        store.end_run("no-such-run", "FINISHED")
-    assert made == []  # every call above was made in the tracking process
-    run = MlflowClient(serving).get_run(run_id)
+    ref = store.start_run("served run", "served", tags={"k": "v"})
+    assert ref.startswith(TOKEN)
+    store.log_params(ref, {"a": {"b": 1}, "api_key": "sk-secret"})
+    store.log_metrics(ref, {"acc": 0.5})
+    child = store.start_run("child", "served", parent_id=ref)
+    store.end_run(ref, "FINISHED")
+    run_id, child_id = served.run_id(ref), served.run_id(child)
+    served.settle()
+    assert made == [] and run_id is not None and child_id is not None and not run_id.startswith(TOKEN)
+    client = MlflowClient(serving)
+    run = client.get_run(run_id)
     assert run.data.params == {"a.b": "1"} and run.data.metrics == {"acc": 0.5} and run.info.status == "FINISHED"
     assert run.data.tags["k"] == "v" and run.data.tags[runs_module.PROCESS_TAG] == runs_module.process_tag()
+    assert client.get_run(child_id).data.tags["mlflow.parentRunId"] == run_id
+
+
+def test_a_write_the_store_refuses_is_a_warning_and_inside_waited_an_error(serving, caplog):
+    from mlflow.exceptions import MlflowException
+
+    with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
+        store.end_run("no-such-run", "FINISHED")
+        served.settle()
+    assert any("could not write to MLflow (end_run)" in r.getMessage() for r in caplog.records)
+    with pytest.raises(MlflowException), served.waited():
+        store.end_run("no-such-run", "FINISHED")
+
+
+def test_a_run_the_store_could_not_start_has_no_id(serving, caplog):
+    with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
+        ref = store.start_run("nowhere", "an experiment that does not exist")
+        assert served.run_id(ref) is None
+    assert any("could not write to MLflow (start_run)" in r.getMessage() for r in caplog.records)
 
 
 def test_a_tracking_process_that_dies_hands_the_store_to_the_run(serving, monkeypatch, caplog):
+    """The runs it started keep their ids; one it had not started is not written to (a warning); new ones are
+    started here."""
     from mlflow.tracking import MlflowClient
 
     server = store_server()
     assert server is not None and server._process is not None
+    started = store.start_run("started there", "served")
+    started_id = served.run_id(started)
     server._process.kill()
     server._process.wait()
     made = _calls_made_here(monkeypatch)
     with caplog.at_level(logging.WARNING):
+        store.end_run(started, "FINISHED")  # its id known: ended here
         run_id = store.start_run("after", "served")
-    assert "start_run" in made and store_server() is None
-    assert MlflowClient(serving).get_run(run_id).info.run_name == "after"
-    assert any("tracking process stopped" in r.getMessage() for r in caplog.records)
+        store.end_run(f"{TOKEN}never-answered", "FINISHED")
+    assert made == ["end_run", "start_run"] and store_server() is None
+    client = MlflowClient(serving)
+    assert client.get_run(run_id).info.run_name == "after"
+    assert client.get_run(str(started_id)).info.status == "FINISHED"
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("tracking process stopped" in m for m in messages)
+    assert any("could not write to MLflow (end_run): its run was not started" in m for m in messages)
 
 
 def test_a_comparison_with_a_scripted_lm_tracks_through_the_tracking_process(serving, install_scripted_lm, monkeypatch):
@@ -219,3 +256,5 @@ def test_a_comparison_with_a_scripted_lm_tracks_through_the_tracking_process(ser
     )[0]
     assert cell.data.metrics["n"] == 3.0 and cell.info.status == "FINISHED"
     assert len(result.results["gsm8k"]["cot"].trace_ids) == 3
+    assert {i.origin for i in result.results["gsm8k"]["cot"].items} == {cell.info.run_id}
+    assert result.run_id == cell.data.tags["mlflow.parentRunId"]

@@ -19,10 +19,9 @@ streams out as it finishes; metrics stay DSPy metrics (``metric(example, predict
 from __future__ import annotations
 
 import contextvars
-import functools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -70,9 +69,9 @@ def evaluate(
 
 class Evaluation:
     """One method on one dataset as a stream of records (see the module docstring). ``origin`` names the run that
-    produces the new records (an MLflow run id; or a function giving it, called once, as the first record is made:
-    the tracking store may still be starting the run), kept in each for a later reuse to point to; ``stored``:
-    ``store``'s records when the caller has read them."""
+    produces the new records (an MLflow run id, or its future while the tracking store starts the run: records that
+    finish before it is known land once it is), kept in each for a later reuse to point to; ``stored``: ``store``'s
+    records when the caller has read them."""
 
     def __init__(
         self,
@@ -81,7 +80,7 @@ class Evaluation:
         store: ResultStore | None = None,
         sinks: Sequence[Sink] = (),
         progress: bool = True,
-        origin: str | Callable[[], str | None] | None = None,
+        origin: str | Future[str | None] | None = None,
         stored: Mapping[str, ItemResult] | None = None,
     ) -> None:
         self.run, self.store, self._origin = run, store, origin
@@ -97,9 +96,12 @@ class Evaluation:
         self.serving = Serving()  # what served this run's calls, the stack it talks to now, what it runs again
         self._restore: dict[str, int] = {}  # the record order before records were forgotten, to run again
 
-    @functools.cached_property
+    @property
     def origin(self) -> str | None:
-        return self._origin() if callable(self._origin) else self._origin
+        return self._origin.result() if isinstance(self._origin, Future) else self._origin
+
+    def _origin_known(self) -> bool:
+        return not isinstance(self._origin, Future) or self._origin.done()
 
     # ------------------------------------------------------------------------------------------ feed
 
@@ -244,6 +246,7 @@ class Evaluation:
         # because this run has no judge stays in the store)
         judged = self.run.judge is not None and reused and record.judge != self.stored[record.key].judge
         changed = not reused or judged
+        record = record if reused else replace(record, origin=self.origin)
         self._items[record.key] = record
         (self._reused_keys.add if reused else self._reused_keys.discard)(record.key)
         landed = Landed(record, tuple(calls), reused=reused, changed=changed)
@@ -288,13 +291,14 @@ def feed_together(
     each feed's records (those of :meth:`Evaluation.feed`)."""
     with interruptible():
         plans = [f.evaluation._plan(f.examples, f.stop) for f in feeds]
-        for plan, record, calls in _stream(plans, num_threads, limit, heap):
-            ev = plan.evaluation
-            ev._land(record, calls, reused=False)
-            if limit is not None:
-                limit.add(calls)
-            if plan.stop is not None and not plan.halt.is_set() and plan.stop(ev.result):
-                plan.halt.set()
+        held: list[_Done] = []  # finished before their evaluation's origin was known: they land once it is
+        try:
+            for done in _stream(plans, num_threads, limit, heap):
+                if limit is not None:
+                    limit.add(done[2])
+                held = _land_known([*held, done])
+        finally:
+            _land_known(held, wait=True)
     if limit is not None and limit.reached:
         limit.not_started += sum(
             1 for p in plans if not p.halt.is_set() for u in p.fresh if _unit_key(u) not in p.evaluation._items
@@ -303,6 +307,21 @@ def feed_together(
 
 
 _Done = tuple[_Plan, ItemResult, list[CallRecord]]
+
+
+def _land_known(done: list[_Done], *, wait: bool = False) -> list[_Done]:
+    """Land each record of ``done`` whose evaluation knows its origin (``wait``: every one, waiting for it), in order,
+    then its feed's stop rule; return those held back."""
+    held: list[_Done] = []
+    for plan, record, calls in done:
+        ev = plan.evaluation
+        if not wait and (not ev._origin_known() or any(p is plan for p, _, _ in held)):
+            held.append((plan, record, calls))
+            continue
+        ev._land(record, calls, reused=False)
+        if plan.stop is not None and not plan.halt.is_set() and plan.stop(ev.result):
+            plan.halt.set()
+    return held
 
 
 def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None, heap: HeapHold | None) -> Iterator[_Done]:

@@ -14,6 +14,7 @@ import contextvars
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from dspy_for.experiments.tracking.tracker import TOKEN, named
 if TYPE_CHECKING:
     from dspy_for.experiments.tracking.writer import TraceWriter
 
-__all__ = ["STORE", "call", "elsewhere", "here", "run_id", "settle", "start_run", "waited", "write"]
+__all__ = ["STORE", "call", "elsewhere", "future_id", "here", "run_id", "settle", "start_run", "waited", "write"]
 
 logger = logging.getLogger("dspy_for.tracking")
 
@@ -100,7 +101,23 @@ def run_id(ref: str | None) -> str | None:
     if ref is None or not ref.startswith(TOKEN):
         return ref
     server = _server()
-    return server.run_id(ref) if server is not None else None
+    return server.run_id(ref) if server is not None else _answered(ref)
+
+
+def future_id(ref: str | None) -> str | Future[str | None] | None:
+    """The id of the run ``ref`` names, or (a token) its future: done once the tracking process answered, with None
+    when it could not start the run."""
+    if ref is None or not ref.startswith(TOKEN):
+        return ref
+    server = _server()
+    return server.run_future(ref) if server is not None else _answered(ref)
+
+
+def _answered(token: str) -> str | None:
+    """The id of the run started under ``token`` by a tracking process that stopped since, if it answered."""
+    from dspy_for.experiments.tracking.writer import known_run
+
+    return known_run(token)
 
 
 def settle() -> None:

@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,7 @@ class TraceWriter:
         self._posted: dict[int, _Posted] = {}  # a call's seq -> what it is, until it is answered
         self._answers: dict[int, tuple[bool, Any]] = {}  # a waited-for call's seq -> its answer, until taken
         self._ids: dict[str, str | None] = {}  # a token -> the id of the run its call started (None: not started)
+        self._futures: dict[str, Future[str | None]] = {}  # a token -> its id's future (:meth:`run_future`)
         self._calls = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._send: Callable[[tuple[Any, ...]], None]
@@ -178,6 +180,15 @@ class TraceWriter:
                 self._lock.wait(timeout=1.0)
             return self._ids.get(token)
 
+    def run_future(self, token: str) -> Future[str | None]:
+        """The id of the run started under ``token``, as a future: done once the process answered (None when it could
+        not start the run, or is gone)."""
+        with self._lock:
+            future = self._futures.setdefault(token, Future())
+            if token in self._ids or self._process is None:
+                _settle_future(future, self._ids.get(token))
+            return future
+
     def known(self, token: str) -> str | None:
         """The id of the run started under ``token``, if the process answered already (not waited for)."""
         with self._lock:
@@ -243,6 +254,8 @@ class TraceWriter:
             posted = self._posted.pop(seq)
             if posted.token is not None:
                 self._ids[posted.token] = value if ok else None
+                if posted.token in self._futures:
+                    _settle_future(self._futures[posted.token], self._ids[posted.token])
             if posted.wait:
                 self._answers[seq] = (ok, value)
             self._lock.notify_all()
@@ -301,6 +314,8 @@ class TraceWriter:
             with self._lock:
                 self._process = None
                 self._lock.notify_all()  # a call waiting for its answer is made here instead
+                for token, future in self._futures.items():  # a run it had not answered for: not started
+                    _settle_future(future, self._ids.get(token))
             self._send = self._start_thread()
             with self._lock:
                 again = [(sink, s.context, sorted(s.sent.items())) for sink, s in self._sinks.items()]
@@ -323,6 +338,11 @@ class TraceWriter:
         if pending:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._process.wait(timeout=STALL_SECONDS)
+
+
+def _settle_future(future: Future[str | None], value: str | None) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 def _warn(context: TraceContext, item: str, why: str) -> None:
