@@ -217,7 +217,7 @@ def test_a_writer_process_that_dies_hands_its_traces_to_a_thread(tracked, monkey
         for payload in _item_payloads(10, "failover"):
             writer.add(sink, payload)
         writer.wait(sink)
-    assert writer.mode == "thread" and any("trace writer process stopped" in r.getMessage() for r in caplog.records)
+    assert writer.mode == "thread" and any("tracking process stopped" in r.getMessage() for r in caplog.records)
     assert _stored_items(tracked, run_id) == {f"failover/{i}" for i in range(10)}
 
 

@@ -310,7 +310,7 @@ class TraceWriter:
             if self._closing or self.pid != os.getpid():
                 return
             code = self._process.poll() if self._process is not None else None
-            logger.warning("the trace writer process stopped (exit %s): traces are written in this process", code)
+            logger.warning("the tracking process stopped (exit %s): this process writes its traces and store", code)
             with self._lock:
                 self._process = None
                 self._lock.notify_all()  # a call waiting for its answer is made here instead
