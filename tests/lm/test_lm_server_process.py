@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -241,17 +242,22 @@ def test_serve_runs_the_server_with_the_slots_asked(fake, tmp_path):
         [sys.executable, "-c", code, str(tmp_path / "model.gguf"), NAME],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
+    lines: list[str] = []  # what it printed so far (read as it prints: its "serving" line comes after its state)
+    reader = threading.Thread(target=lambda: lines.extend(serve.stdout or ()), daemon=True)
+    reader.start()
     try:
         state_path = server.server_dir() / f"{NAME}.json"
         deadline = time.time() + 60
-        while not state_path.exists() and serve.poll() is None and time.time() < deadline:
+        while not any("serving" in line for line in lines) and serve.poll() is None and time.time() < deadline:
             time.sleep(0.2)
-        assert state_path.exists(), serve.stdout.read() if serve.poll() is not None else "serve did not start"
+        assert state_path.exists(), "".join(lines) if serve.poll() is not None else "serve did not start"
         state = json.loads(state_path.read_text())
         assert state["started_by"] == "serve" and state["slots"] == 3
         assert _flags(fake("argv")[0])["--parallel"] == "3"
         serve.terminate()
-        out = serve.communicate(timeout=30)[0]
+        serve.wait(timeout=30)
+        reader.join(timeout=10)
+        out = "".join(lines)
         assert "3 slot(s)" in out and "llama.cpp b7-abc1234 own-build" in out
     finally:
         if serve.poll() is None:

@@ -6,7 +6,8 @@ core closes it — however the run ended — the run gets the summary's metrics 
 summary.summarize`), ``items.jsonl`` and ``trajectories.jsonl`` (with a compile step also its cost's metrics,
 ``compile_usage.json`` and ``compile_cost.json``), and its end status: FINISHED, FAILED (every
 item failed, or the run raised) or KILLED (Ctrl-C, SIGTERM). Everything is written by run id through
-``MlflowClient`` (safe from threads and worker processes). A tracing failure is a warning, never an error.
+:mod:`~dspy_for.experiments.tracking.store` (safe from threads and worker processes; in the command line, by its
+tracking process). A tracing failure is a warning, never an error.
 
 Traces are written by the process's trace writer (:mod:`~dspy_for.experiments.tracking.writer`: a process of its own,
 many traces per store transaction), so the threads waiting on the LM never wait on the tracking store nor share an

@@ -23,9 +23,9 @@ hands every trace it had not stored to such a thread.
 
 The command line starts the writer process first, before it imports the rest of itself, as the process that also
 serves the run's tracking store (:func:`start_tracking_process`): MLflow's runs, params, metrics, tags, artifacts and
-dataset inputs (:mod:`.runs`) are made there, each waited for (its errors raised in the run's process), so the run's
-process never imports MLflow, and the process imports MLflow and opens its store while the command imports DSPy.
-What it runs is :mod:`.tracker`.
+dataset inputs (:mod:`.runs`) are made there, in the order they are sent (:mod:`.served` says which are waited for),
+so the run's process never imports MLflow, and the process imports MLflow and opens its store while the command
+imports DSPy and starts its items. What it runs is :mod:`.tracker`.
 """
 
 from __future__ import annotations
