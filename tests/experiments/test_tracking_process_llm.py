@@ -14,15 +14,27 @@ from test_tracking_process import ENTRY, ROOT
 
 pytestmark = pytest.mark.llm
 MODEL = os.environ.get("DSPY_FOR_TEST_MODEL", "qwen2.5-coder-0.5b")
-CONFIG = ROOT / "experiments" / "quickstart.toml"
+CONFIG = f"""
+experiment = "served"
+lm = "local/{MODEL}"
+max_tokens = 128
+baseline = "cot"
+[[datasets]]
+name = "gsm8k"
+split = "sample"
+first = 2
+[[methods]]
+name = "cot"
+"""
 
 
 def test_compare_on_the_local_model_keeps_its_store_in_the_tracking_process(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    args = ["compare", str(CONFIG), "--lm", f"local/{MODEL}", "--methods", "cot", "--limit", "2", "--max-tokens",
-            "128", "--tracking-uri", uri]  # fmt: skip
+    config = tmp_path / "served.toml"
+    config.write_text(CONFIG)
+    args = ["compare", str(config), "--tracking-uri", uri]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": "true"}
     env.pop("DSPY_FOR_TRACE_WRITER", None)
     done = subprocess.run([sys.executable, "-c", ENTRY, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -30,7 +42,7 @@ def test_compare_on_the_local_model_keeps_its_store_in_the_tracking_process(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.split("IMPORTED ", 1)[1].splitlines()[0]) == ["dspy"]
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("quickstart").experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name("served").experiment_id])
     cell = next(r for r in runs if r.data.params.get("label") == "cot")
     assert cell.info.status == "FINISHED" and cell.data.metrics["n"] == 2.0
     stored = [json.loads(line) for f in tmp_path.glob("mlruns/**/cot.*.jsonl") for line in f.read_text().splitlines()]
