@@ -1,4 +1,6 @@
-"""MLflow tracking helpers. MLflow is imported only here (and lazily), never by modules or optimizers.
+"""MLflow tracking helpers: the one face the package writes to its tracking store through. MLflow is imported lazily,
+in the tracking package only, never by modules or optimizers; the store's own calls (:mod:`.runs`) are made where the
+store is served (:mod:`.served`: this process, or the command line's tracking process).
 
 Default store: MLflow 3's recommended database backend, a SQLite file inside ``./mlruns/``
 (``sqlite:///mlruns/mlflow.db``) with artifacts under ``./mlruns/artifacts``, created on first use;
