@@ -147,6 +147,27 @@ def test_a_comparison_from_the_command_line_never_imports_mlflow_and_tracks_ever
     assert "sk-test" not in json.dumps([r.data.params for r in found])
 
 
+def test_advise_from_the_command_line_keeps_its_store_in_the_tracking_process(tmp_path):
+    """``dspy-for advise`` as typed against the test server: no MLflow in its process, its advice and its candidates'
+    runs in the store."""
+    from mlflow.tracking import MlflowClient
+
+    with OpenAICompatibleServer(for_responder("18")) as server:
+        uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+        done = _command(tmp_path, "advise", "--lm", "openai/test-model", "--lm-option", f"api_base={server.base_url}",
+                        "--data", str(_rows(tmp_path, 6)), "--methods", "cot,single", "--max-items", "6",
+                        "--tracking-uri", uri)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.split("IMPORTED ", 1)[1].splitlines()[0]) == ["dspy"]
+    client = MlflowClient(uri)
+    found = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parent = next(r for r in found if r.data.tags.get("dspy_for.kind") == "advise")
+    assert parent.info.status == "FINISHED"
+    assert "advice.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    cells = {r.data.params["label"] for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert cells == {"cot", "single"}
+
+
 @pytest.fixture
 def serving(tmp_path, monkeypatch):
     """This process's store served by a tracking process of its own, for the test only; the store at ``uri``."""
