@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,7 @@ def test_a_run_the_store_could_not_start_has_no_id(serving, caplog):
     with caplog.at_level(logging.WARNING, logger="dspy_for.tracing"):
         ref = store.start_run("nowhere", "an experiment that does not exist")
         assert served.run_id(ref) is None
+        served.settle()  # answered: its warning given
     assert any("could not write to MLflow (start_run)" in r.getMessage() for r in caplog.records)
 
 
@@ -248,6 +250,9 @@ def test_a_tracking_process_that_dies_hands_the_store_to_the_run(serving, monkey
     started_id = served.run_id(started)
     server._process.kill()
     server._process.wait()
+    deadline = time.monotonic() + 30
+    while server._process is not None and time.monotonic() < deadline:  # its end seen: the store handed back
+        time.sleep(0.05)
     made = _calls_made_here(monkeypatch)
     with caplog.at_level(logging.WARNING):
         store.end_run(started, "FINISHED")  # its id known: ended here

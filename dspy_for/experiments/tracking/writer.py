@@ -249,22 +249,24 @@ class TraceWriter:
 
     def _answered(self, seq: int, ok: bool, value: Any) -> None:
         """A call answered: its caller woken (a call waited for), or what it returned handed on and what it raised
-        warned about (a call left)."""
+        warned about (a call left), before it counts as answered (:meth:`settle`)."""
         with self._lock:
-            posted = self._posted.pop(seq)
+            posted = self._posted[seq]
             if posted.token is not None:
                 self._ids[posted.token] = value if ok else None
                 if posted.token in self._futures:
                     _settle_future(self._futures[posted.token], self._ids[posted.token])
             if posted.wait:
                 self._answers[seq] = (ok, value)
-            self._lock.notify_all()
-        if posted.wait:
-            return
-        if not ok:
-            logger.warning("could not write to MLflow (%s): %s", posted.name, text(value))
-        elif posted.then is not None:
-            posted.then(value)
+        try:
+            if not posted.wait and not ok:
+                logger.warning("could not write to MLflow (%s): %s", posted.name, text(value))
+            elif not posted.wait and posted.then is not None:
+                posted.then(value)
+        finally:
+            with self._lock:
+                del self._posted[seq]
+                self._lock.notify_all()
 
     def _start_thread(self) -> Callable[[tuple[Any, ...]], None]:
         inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
