@@ -9,6 +9,7 @@ floor: the tracking process never loads DSPy or litellm to serve it.
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Mapping
@@ -41,6 +42,7 @@ __all__ = [
 #: the tag naming the process a run runs in: ``<host>:<pid>:<the process's start time>`` (a pid used again by another
 #: process has another start time)
 PROCESS_TAG = "dspy_for.process"
+logger = logging.getLogger("dspy_for.tracking")
 
 
 def open_store(uri: str, experiment: str, root: str, artifact_root: str | None) -> None:
@@ -74,7 +76,6 @@ def use_store(uri: str, experiment: str) -> None:
 def _write_ahead_log(db: Path) -> None:
     """Switch the SQLite database ``db`` (created if missing) to write-ahead logging; a database that cannot be
     switched (read-only, in use by an older SQLite) keeps its journal."""
-    import logging
     import sqlite3
     from contextlib import closing
 
@@ -82,7 +83,7 @@ def _write_ahead_log(db: Path) -> None:
         with closing(sqlite3.connect(db, timeout=20)) as con:
             con.execute("PRAGMA journal_mode=WAL")
     except sqlite3.Error as exc:
-        logging.getLogger("dspy_for.tracking").debug("%s keeps its journal mode: %s", db, exc)
+        logger.debug("%s keeps its journal mode: %s", db, exc)
 
 
 def client() -> Any:

@@ -98,10 +98,8 @@ def start_run(name: str, experiment: str, tags: dict[str, str]) -> str:
 
 def run_id(ref: str | None) -> str | None:
     """The id of the run ``ref`` names (a token: once started, waited for; None when it could not be)."""
-    if ref is None or not ref.startswith(TOKEN):
-        return ref
-    server = _server()
-    return server.run_id(ref) if server is not None else _answered(ref)
+    found = future_id(ref)
+    return found.result() if isinstance(found, Future) else found
 
 
 def future_id(ref: str | None) -> str | Future[str | None] | None:

@@ -153,7 +153,7 @@ class TraceWriter:
         """``runs.<name>(*args)`` made in the writer process, in the order of everything sent to it. ``wait``: waited
         for — what it returns, or what it raised raised here; :class:`ConnectionError` when the process is gone before
         it answered. Else it is sent and left: ``then`` gets what it returns, what it raises is a warning, and a run it
-        starts is named by ``token`` (:data:`~.tracker.TOKEN`) until :meth:`run_id` has its id."""
+        starts is named by ``token`` (:data:`~.tracker.TOKEN`) until :meth:`run_future` has its id."""
         with self._send_lock:
             with self._lock:
                 seq, self._calls = self._calls, self._calls + 1
@@ -171,14 +171,6 @@ class TraceWriter:
         if not ok:
             raise value
         return value
-
-    def run_id(self, token: str) -> str | None:
-        """The id of the run started under ``token`` (waited for); None when it could not be started (its warning said
-        why) or the process is gone."""
-        with self._lock:
-            while token not in self._ids and self._process is not None:
-                self._lock.wait(timeout=1.0)
-            return self._ids.get(token)
 
     def run_future(self, token: str) -> Future[str | None]:
         """The id of the run started under ``token``, as a future: done once the process answered (None when it could
