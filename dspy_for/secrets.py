@@ -38,7 +38,8 @@ def is_secret_key(name: str) -> bool:
 
 
 def _secret_env_values() -> list[str]:
-    return [v for k, v in os.environ.items() if is_secret_key(k) and v and len(v) >= 6]
+    """Read anew on each call (a key set later is masked too); only a secret variable's value is decoded."""
+    return [v for k in os.environ if is_secret_key(k) and len(v := os.environ.get(k) or "") >= 6]
 
 
 def redact(text: str) -> str:

@@ -103,10 +103,8 @@ def _report(tracked: TrackedRun, out: ComparisonResult) -> None:
 def _plots(out: ComparisonResult, parent: str | None, run_dir: Path) -> None:
     for name, fig in report.figures(out).items():
         path = run_dir / name
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        store.log_figure(parent, fig, path)  # drawn where the store is served
         out.plots.append(path)
-        if parent is not None:
-            store.log_artifact(parent, path)
 
 
 def phases(spec: ExperimentSpec) -> list[list[MethodConfig]]:

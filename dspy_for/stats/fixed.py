@@ -9,13 +9,14 @@
 
 Where a well-kept library computes the same statistic, it does the arithmetic here: statsmodels for the exact
 McNemar test and Cohen's κ. The Wilson interval, which every comparison's table prints, is statsmodels'
-``proportion_confint(method="wilson")`` formula written out on scipy's normal quantile, step for step, so a table
-does not wait for statsmodels' imports; the tests hold it to statsmodels' own values. The bootstraps stay ours (see
-their docstrings); every printed value is pinned by ``tests/stats/test_fixed.py``. For comparisons checked after
-every item, see :mod:`dspy_for.stats.sequential`.
+``proportion_confint(method="wilson")`` formula written out, step for step, on the standard library's normal quantile
+(``statistics.NormalDist``, equal to scipy's to 1e-15), so a table waits for none of statsmodels, scipy or numpy;
+the tests hold it to statsmodels' own values. The bootstraps stay ours (see their docstrings); every printed value
+is pinned by ``tests/stats/test_fixed.py``. For comparisons checked after every item, see
+:mod:`dspy_for.stats.sequential`.
 
-statsmodels (with pandas and scipy.stats: about 1.5 s of imports) is imported when a paired test or κ first needs it,
-not with this module: a command that prints no such statistic does not wait for it.
+statsmodels (with pandas and scipy.stats: about 1.5 s of imports) and numpy are imported when a paired test or κ
+first needs them, not with this module: a command that prints no such statistic does not wait for them.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
-from scipy.special import ndtri
+from statistics import NormalDist
 
 from dspy_for.errors import ConfigError
 
@@ -44,9 +43,14 @@ __all__ = [
 ]
 
 
+#: the standard normal distribution: its quantile is Wichura's AS241, as in scipy's ``ndtri`` to 1e-15 (the tests
+#: compare them); the standard library's, so a table waits for neither numpy nor scipy
+_NORMAL = NormalDist()
+
+
 def _z(confidence: float) -> float:
     _check_confidence(confidence)
-    return float(ndtri(0.5 + confidence / 2))  # the standard normal quantile (scipy.stats.norm.ppf)
+    return _NORMAL.inv_cdf(0.5 + confidence / 2)  # the standard normal quantile (scipy.stats.norm.ppf)
 
 
 def _check_confidence(confidence: float) -> None:
@@ -58,14 +62,14 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     """Wilson score interval for a proportion ``successes / n`` (Wilson 1927); ``(0.0, 0.0)`` when ``n`` is 0.
 
     The arithmetic of statsmodels' ``proportion_confint(method="wilson")``, in its order (its critical value is
-    ``norm.isf(alpha / 2)``, which is ``-ndtri(alpha / 2)``): the tests compare the two."""
+    ``norm.isf(alpha / 2)``, the normal quantile of ``1 - alpha / 2``): the tests compare the two."""
     if n <= 0:
         return (0.0, 0.0)
     if not 0 <= successes <= n:
         raise ConfigError(f"`successes` must be between 0 and n={n}, got {successes}.")
     _check_confidence(confidence)
     p = successes / n
-    crit = -float(ndtri((1 - confidence) / 2.0))
+    crit = -_NORMAL.inv_cdf((1 - confidence) / 2.0)
     crit2 = crit**2
     denom = 1 + crit2 / n
     center = (p + crit2 / (2 * n)) / denom
@@ -138,6 +142,7 @@ def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> float:
     only_a, only_b = _discordant(a, b)
     if only_a + only_b == 0:
         return 1.0
+    import numpy as np
     from statsmodels.stats.contingency_tables import mcnemar
 
     return float(mcnemar(np.array([[0, only_a], [only_b, 0]]), exact=True).pvalue)
@@ -198,12 +203,13 @@ def cohens_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
     xs, ys = [bool(x) for x in a], [bool(y) for y in b]
     both = sum(x and y for x, y in zip(xs, ys, strict=True))
     only_a, only_b = _discordant(xs, ys)
-    table = np.array([[both, only_a], [only_b, n - both - only_a - only_b]])  # rows: rater A yes/no; columns: B
     pa, pb = sum(xs) / n, sum(ys) / n
     if pa * pb + (1 - pa) * (1 - pb) == 1:  # chance agreement 1: statsmodels' κ is nan
         return 1.0
+    import numpy as np
     from statsmodels.stats.inter_rater import cohens_kappa as sm_cohens_kappa
 
+    table = np.array([[both, only_a], [only_b, n - both - only_a - only_b]])  # rows: rater A yes/no; columns: B
     with np.errstate(divide="ignore", invalid="ignore"):  # its z statistic divides by a zero variance at κ = 0
         return float(sm_cohens_kappa(table).kappa)
 

@@ -34,7 +34,8 @@ the hedged capital at 0 (dominated by a test martingale, so Ville's 1/α applies
 Both treat the items as drawn independently from the task (run them in a seeded shuffled order, not sorted by
 difficulty or source). Libraries checked and not used: ``confseq`` (last release 2023-01, alpha, a C++/Boost
 build, and pandas, pytest and multiprocess as run-time dependencies) and ``expectation`` (needs Python ≥ 3.12).
-Several pairs at once: give each ``split_alpha(alpha, pairs)``.
+Several pairs at once: give each ``split_alpha(alpha, pairs)``. numpy and scipy are imported by the code that
+computes with them, not with this module: a command that only names these classes does not wait for them.
 """
 
 from __future__ import annotations
@@ -44,9 +45,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
-
-import numpy as np
-from scipy.special import betaln
 
 from dspy_for.errors import ConfigError
 
@@ -120,6 +118,9 @@ def _prior(share: float, strength: float) -> tuple[float, float]:
 def discordant_log_e(wins: Any, losses: Any, prior_share: float = 0.75, prior_strength: float = 24.0) -> Any:
     """log E of the binary test (module docstring) after ``wins`` and ``losses`` discordant items; numpy arrays
     broadcast, so one call scores many streams (the simulation benchmark does)."""
+    import numpy as np
+    from scipy.special import betaln
+
     a, b = _prior(prior_share, prior_strength)
     w, lo = np.asarray(wins, dtype=float), np.asarray(losses, dtype=float)
     mixed = np.logaddexp(betaln(a + w, b + lo), betaln(b + w, a + lo))
@@ -131,6 +132,8 @@ def calibrated_threshold(alpha: float = 0.05, prior_share: float = 0.75, prior_s
     """The smallest threshold c (≤ 1/alpha) for the binary test's E whose chance of ever being reached under the
     null is at most ``alpha``. Exact over the first 500 discordant items (the null walk's distribution, absorbed
     where E ≥ c); after that Ville's inequality from the surviving walks: P(cross later) ≤ E[E_500; alive] / c."""
+    import numpy as np
+
     _check_alpha(alpha)
     table = [discordant_log_e(np.arange(m + 1), m - np.arange(m + 1), prior_share, prior_strength) for m in range(
         _CALIBRATION_PAIRS + 1)]  # fmt: skip
@@ -162,6 +165,8 @@ class BettingConfidenceSequence:
     since each side of the hedge spends alpha/2; capped at ½/m (K+) and ½/(1 − m) (K−)."""
 
     def __init__(self, alpha: float, grid: Any = None, shape: tuple[int, ...] = ()) -> None:
+        import numpy as np
+
         _check_alpha(alpha)
         self.alpha = float(alpha)
         self.grid = np.linspace(0.0, 1.0, _GRID) if grid is None else np.asarray(grid, dtype=float)
@@ -176,6 +181,8 @@ class BettingConfidenceSequence:
 
     def update(self, y: Any) -> None:
         """Bet on the next observation(s) ``y`` (a number, or an array of ``shape``)."""
+        import numpy as np
+
         t = self.t + 1
         scale = 2 * math.log(2 / self.alpha) / (t * math.log(1 + t))
         if self.log_k.ndim == 2:  # one stream: plain floats are faster than 0-d arrays
@@ -194,11 +201,15 @@ class BettingConfidenceSequence:
 
     def log_capital(self) -> Any:
         """log of the hedged capital max(½ K+, ½ K−) at every grid point: ≥ log(1/alpha) rejects that mean."""
+        import numpy as np
+
         return np.maximum(self.log_k[..., 0, :], self.log_k[..., 1, :]) - math.log(2)
 
     def interval(self) -> tuple[Any, Any]:
         """(low, high): the grid points not rejected, widened outward by one grid step (the boundary lies in
         between). If every point is rejected (probability ≤ alpha), the least rejected one, widened likewise."""
+        import numpy as np
+
         log_cap = self.log_capital()
         kept = log_cap < math.log(1 / self.alpha)
         size = self.grid.size

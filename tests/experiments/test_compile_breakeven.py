@@ -13,6 +13,7 @@ from dspy_for.experiments.core.costs import breakeven_rows, cost_unit, grid_pair
 from dspy_for.experiments.core.summarize import tokens_by_lm
 from dspy_for.experiments.core.summary import Summary
 from dspy_for.experiments.reports.breakeven import breakeven_figures, breakeven_lines
+from dspy_for.experiments.reports.sketch import draw
 from dspy_for.experiments.spec.model import MethodConfig
 
 BOOTSTRAP = {"kind": "bootstrap"}
@@ -181,7 +182,7 @@ def test_the_plot_draws_every_method_of_its_pairs_and_marks_each_break_even():
     rows = breakeven_rows(ROWS, grid_pairs(METHODS, ROWS))
     figs = breakeven_figures(ROWS, rows)
     assert list(figs) == ["breakeven_gsm8k_m-1.5b.png"]
-    total, per_correct = figs["breakeven_gsm8k_m-1.5b.png"].axes
+    total, per_correct = draw(figs["breakeven_gsm8k_m-1.5b.png"]).axes
     assert sorted(line.get_label() for line in total.get_lines() if not line.get_label().startswith("_")) == [
         "cot",
         "cot_bootstrap",

@@ -94,6 +94,7 @@ def test_frontier_plot_names_every_scored_method_in_a_legend_beside_the_axes():
     from dspy_for.experiments import DatasetConfig, ExperimentSpec, MethodConfig
     from dspy_for.experiments.comparison import ComparisonResult
     from dspy_for.experiments.core import ItemResult, MethodResult
+    from dspy_for.experiments.reports.sketch import draw
     from dspy_for.experiments.reports.table import figures
 
     def res(label, scores, tokens):
@@ -109,7 +110,7 @@ def test_frontier_plot_names_every_scored_method_in_a_legend_beside_the_axes():
     }
     spec = ExperimentSpec(lm="local/x", datasets=[DatasetConfig("gsm8k", "val")], methods=[MethodConfig("cot")])
     result = ComparisonResult(spec=spec, results={"gsm8k": by_label})
-    fig = figures(result)["frontier_gsm8k.png"]
+    fig = draw(figures(result)["frontier_gsm8k.png"])
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["for_n1_host", "self_consistency"]
     assert not ax.texts  # no labels drawn over the markers

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from dspy_for.cli_start import tracks
+from dspy_for.experiments.reports.sketch import Sketch
 from dspy_for.experiments.tracking import runs as runs_module
 from dspy_for.experiments.tracking import served, store
 from dspy_for.experiments.tracking import writer as writer_module
@@ -43,8 +44,8 @@ name = "single"
 #: the command line as ``dspy-for`` runs it, in a process of its own; what that process imported, printed at its exit
 ENTRY = """
 import atexit, json, sys
-atexit.register(lambda: print("IMPORTED " + json.dumps(sorted(m for m in ("mlflow", "sqlalchemy", "pandas", "dspy")
-                                                                if m in sys.modules))))
+HEAVY = ("mlflow", "sqlalchemy", "pandas", "matplotlib", "numpy", "scipy", "dspy")
+atexit.register(lambda: print("IMPORTED " + json.dumps(sorted(m for m in HEAVY if m in sys.modules))))
 sys.argv = ["dspy-for", *sys.argv[1:]]
 from dspy_for.cli_start import main
 main()
@@ -104,9 +105,10 @@ def test_the_tracking_process_starts_before_the_command_imports_dspy(tmp_path):
 @pytest.mark.parametrize("traces", [True, False])
 def test_a_comparison_from_the_command_line_never_imports_mlflow_and_tracks_everything(tmp_path, traces):
     """``dspy-for compare`` with a plain ``dspy.LM`` against the test server: its process never imports MLflow (nor its
-    SQL store, nor pandas), and the store holds what a run tracked in the run's process did: the parent run with its
-    spec, each cell's run with its params, metrics, dataset input, program and items, a trace per item (with traces),
-    every run FINISHED and tagged with the command's own process."""
+    SQL store, nor pandas), matplotlib or numpy, and the store holds what a run tracked in the run's process did: the
+    parent run with its spec and its plot (drawn by the tracking process), each cell's run with its params, metrics,
+    dataset input, program and items, a trace per item (with traces), every run FINISHED and tagged with the command's
+    own process."""
     from mlflow.tracking import MlflowClient
 
     n = 5
@@ -131,7 +133,10 @@ def test_a_comparison_from_the_command_line_never_imports_mlflow_and_tracks_ever
     cells = {r.data.params["label"]: r for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     assert set(cells) == {"cot", "single"}
     assert "spec.experiment" in parent.data.params and parent.info.status == "FINISHED"
-    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"summary.jsonl", "summary.txt"}
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert logged >= {"summary.jsonl", "summary.txt", "frontier_jsonl_items.png"}, logged
+    drawn = [p for p in tmp_path.rglob("frontier_jsonl_items.png") if "artifacts" not in p.parts]  # the run's folder
+    assert [p.read_bytes()[:8] for p in drawn] == [b"\x89PNG\r\n\x1a\n"]
     processes = {r.data.tags[runs_module.PROCESS_TAG].split(":")[1] for r in found}
     assert len(processes) == 1 and processes != {str(os.getpid())}  # the command's process, not the tracking one
     for label, run in cells.items():
@@ -149,8 +154,8 @@ def test_a_comparison_from_the_command_line_never_imports_mlflow_and_tracks_ever
 
 
 def test_advise_from_the_command_line_keeps_its_store_in_the_tracking_process(tmp_path):
-    """``dspy-for advise`` as typed against the test server: no MLflow in its process, its advice and its candidates'
-    runs in the store."""
+    """``dspy-for advise`` as typed against the test server: neither MLflow nor matplotlib in its process, its advice,
+    its frontier plot and its candidates' runs in the store."""
     from mlflow.tracking import MlflowClient
 
     with OpenAICompatibleServer(for_responder("18")) as server:
@@ -159,12 +164,13 @@ def test_advise_from_the_command_line_keeps_its_store_in_the_tracking_process(tm
                         "--data", str(_rows(tmp_path, 6)), "--methods", "cot,single", "--max-items", "6",
                         "--tracking-uri", uri)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.split("IMPORTED ", 1)[1].splitlines()[0]) == ["dspy"]
+    imported = set(json.loads(done.stdout.split("IMPORTED ", 1)[1].splitlines()[0]))
+    assert imported - {"numpy", "scipy"} == {"dspy"}  # (its sequential tests compute with numpy)
     client = MlflowClient(uri)
     found = client.search_runs([e.experiment_id for e in client.search_experiments()])
     parent = next(r for r in found if r.data.tags.get("dspy_for.kind") == "advise")
     assert parent.info.status == "FINISHED"
-    assert "advice.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"advice.json", "frontier_jsonl_items.png"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
     cells = {r.data.params["label"] for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     assert cells == {"cot", "single"}
 
@@ -218,6 +224,27 @@ def test_the_tracking_process_makes_the_stores_calls_and_the_run_waits_for_none_
     assert run.data.params == {"a.b": "1"} and run.data.metrics == {"acc": 0.5} and run.info.status == "FINISHED"
     assert run.data.tags["k"] == "v" and run.data.tags[runs_module.PROCESS_TAG] == runs_module.process_tag()
     assert client.get_run(child_id).data.tags["mlflow.parentRunId"] == run_id
+
+
+def test_the_tracking_process_draws_a_plot_and_logs_it_and_a_plot_it_cannot_draw_is_an_error(serving, tmp_path,
+                                                                                              monkeypatch):  # fmt: skip
+    """A plot (a :class:`Sketch`) is drawn by the tracking process, which imported matplotlib beside its work: the file
+    at its path, the artifact on its run; one matplotlib cannot draw raises in the run's process."""
+    from mlflow.tracking import MlflowClient
+
+    made = _calls_made_here(monkeypatch)
+    ref = store.start_run("plotted", "served")
+    fig = Sketch(figsize=(3, 2))
+    fig.subplots().plot([1.0, 2.0], [0.5, 0.7], label="cot")
+    store.log_figure(ref, fig, tmp_path / "frontier.png")
+    assert made == [] and (tmp_path / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    run_id = served.run_id(ref)
+    assert [a.path for a in MlflowClient(serving).list_artifacts(run_id)] == ["frontier.png"]
+    store.log_figure(None, fig, tmp_path / "kept here only.png")
+    assert (tmp_path / "kept here only.png").exists()
+    fig.subplots().no_such_method()
+    with pytest.raises(AttributeError, match="no_such_method"):
+        store.log_figure(ref, fig, tmp_path / "broken.png")
 
 
 def test_a_write_the_store_refuses_is_a_warning_and_inside_waited_an_error(serving, caplog):

@@ -191,3 +191,13 @@ def test_mean_with_ci_and_resolvable_difference_pinned():
     assert mean_with_ci([]) == (0.0, 0.0, 0.0)
     assert [smallest_resolvable_difference(n) for n in (0, 5, 6, 50, 100, 300)] == [None, None, 1.0, 0.12, 0.06, 0.02]
     assert smallest_resolvable_difference(100, alpha=0.01) == 0.08
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.9, 0.95, 0.975, 0.99, 0.999, 0.9999])
+def test_normal_quantile_is_scipys(confidence):
+    """The critical value every Wilson interval and noise band uses is scipy's normal quantile, to 1e-15."""
+    from scipy.special import ndtri
+
+    from dspy_for.stats.fixed import _z
+
+    assert _z(confidence) == pytest.approx(float(ndtri(0.5 + confidence / 2)), rel=1e-15, abs=0)

@@ -375,7 +375,5 @@ def _frontier(advice: Advice, parent: str | None) -> None:
     fig = frontier_figure(advice)
     if fig is not None and advice.run_dir is not None:
         path = advice.run_dir / f"frontier_{advice.dataset}.png"
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        store.log_figure(parent, fig, path)  # drawn where the store is served
         advice.plots.append(path)
-        if parent is not None:
-            store.log_artifact(parent, path)

@@ -14,6 +14,7 @@ from dspy_for.experiments.core.shown import compile_cell
 from dspy_for.experiments.core.spend import money
 from dspy_for.experiments.reports import table as report
 from dspy_for.experiments.reports.breakeven import breakeven_lines
+from dspy_for.experiments.reports.sketch import Sketch
 from dspy_for.experiments.spec.settings import value_kind
 from dspy_for.experiments.tracking import store
 
@@ -185,9 +186,9 @@ def _interval(r: MethodResult) -> str:
     return "clustered" if value_kind(r.epochs, r.reducer) == "bounded" else "Wilson"
 
 
-def frontier_figure(advice: Advice) -> Any:
+def frontier_figure(advice: Advice) -> Sketch | None:
     """Accuracy (95% CI) against tokens per item for every measured candidate, the budget as a dotted line; None
-    when nothing was measured. A pyplot-free ``Figure`` (nothing is kept open)."""
+    when nothing was measured."""
     measured = {c.label: c.result for c in advice.candidates if c.measured and c.result is not None}
     if not measured:
         return None

@@ -19,10 +19,11 @@ streams out as it finishes; metrics stay DSPy metrics (``metric(example, predict
 from __future__ import annotations
 
 import contextvars
+import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from types import TracebackType
@@ -339,24 +340,26 @@ def _stream(plans: list[_Plan], num_threads: int, limit: SpendLimit | None, heap
         pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="dspy-for-item")
         todo: WorkQueue[_Plan, _Unit] = WorkQueue([(p, p.fresh) for p in plans], _prior_calls)
         pending: dict[Future[tuple[ItemResult, list[CallRecord]]], _Plan] = {}
+        finished: queue.SimpleQueue[Future[tuple[ItemResult, list[CallRecord]]]] = queue.SimpleQueue()
 
         def start_next() -> None:  # one item per free thread, so none waits in a queue to start after a halt
             picked = todo.next(lambda plan: plan.may_start(limit))
             if picked is not None:
                 plan, unit = picked
-                pending[pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, unit)] = plan
+                future = pool.submit(contextvars.copy_context().run, plan.evaluation._run_item, unit)
+                pending[future] = plan
+                future.add_done_callback(finished.put)  # each item's end, in order, at O(1): no wait over all
 
         for _ in range(num_threads):
             start_next()
         try:
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    plan = pending.pop(future)
-                    record, calls = future.result()
-                    todo.finished(plan, calls)
-                    yield plan, record, calls
-                    start_next()
+                future = finished.get()
+                plan = pending.pop(future)
+                record, calls = future.result()
+                todo.finished(plan, calls)
+                yield plan, record, calls
+                start_next()
         finally:  # interrupted: start nothing more; items already running end in the background
             pool.shutdown(wait=False, cancel_futures=True)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
 from dspy_for.experiments.core.cell import Cell
 from dspy_for.experiments.core.costs import USD, BreakEvenRow, cost_model, method_costs
 from dspy_for.experiments.core.spend import money
+from dspy_for.experiments.reports.sketch import Sketch, SketchAxes
 from dspy_for.lm import model_label
 from dspy_for.stats import CostModel
 
@@ -40,14 +40,11 @@ def _verdict(r: BreakEvenRow) -> str:
     return f"the lower cost per correct answer from {_items(volume)} items on ({span} within the accuracy intervals)"
 
 
-def breakeven_figures(cells: Iterable[Cell], brows: Iterable[BreakEvenRow]) -> dict[str, Any]:
+def breakeven_figures(cells: Iterable[Cell], brows: Iterable[BreakEvenRow]) -> dict[str, Sketch]:
     """Per dataset and unit, total cost and cost per correct answer against items for each method, each break-even
-    marked with its interval: matplotlib ``Figure`` objects made without pyplot, named ``breakeven_<dataset>.png``
-    (tokens: ``breakeven_<dataset>_<lm>.png``)."""
-    from matplotlib.figure import Figure
-
+    marked with its interval, named ``breakeven_<dataset>.png`` (tokens: ``breakeven_<dataset>_<lm>.png``)."""
     measured, brows = [c for c in cells if c.measured and c.summary is not None], list(brows)
-    figs: dict[str, Any] = {}
+    figs: dict[str, Sketch] = {}
     for dataset, unit, lm in dict.fromkeys((r.dataset, r.unit, r.lm) for r in brows):
         marks = [r for r in brows if (r.dataset, r.unit, r.lm) == (dataset, unit, lm)]
         named = {name for r in marks for name in (r.method, r.against)}
@@ -60,12 +57,14 @@ def breakeven_figures(cells: Iterable[Cell], brows: Iterable[BreakEvenRow]) -> d
         ends = [v for r in marks for v in (r.volume, r.high) if v]
         top = max(1000.0, 3 * max(ends, default=0.0))
         xs = [top ** (i / 200) for i in range(201)]  # 1 .. top, evenly on a log scale
-        fig = Figure(figsize=(11, 4.2), layout="constrained")
+        fig = Sketch(figsize=(11, 4.2), layout="constrained")
         total, per_correct = fig.subplots(1, 2)
+        curves = {total: 0, per_correct: 0}  # curves drawn on each
         for label, m in sorted(models.items()):
-            _curve(total, xs, [m.fixed + m.per_item * x for x in xs], label)
-            _curve(per_correct, xs, [m.cost_per_correct(x) for x in xs], label)  # none without a correct answer
-        if not total.lines and not per_correct.lines:
+            curves[total] += _curve(total, xs, [m.fixed + m.per_item * x for x in xs], label)
+            per_item = [m.cost_per_correct(x) for x in xs]  # none without a correct answer
+            curves[per_correct] += _curve(per_correct, xs, per_item, label)
+        if not any(curves.values()):
             continue  # nothing has a cost to draw (every cost 0, or no correct answer)
         for r in marks:
             if r.volume is None:
@@ -82,14 +81,14 @@ def breakeven_figures(cells: Iterable[Cell], brows: Iterable[BreakEvenRow]) -> d
         what = "USD" if unit == USD else f"tokens of {model_label(str(lm))}"
         for ax, ylabel in ((total, f"total cost ({what})"), (per_correct, f"cost per correct answer ({what})")):
             ax.set_xscale("log")
-            if ax.lines:  # a log scale needs a positive value to show
+            if curves[ax]:  # a log scale needs a positive value to show
                 ax.set_yscale("log")
             ax.set_xlabel("items")
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
         total.set_title(f"{dataset}: total cost, compile included", fontsize=10)
         per_correct.set_title("cost per correct answer: break-evens (bars: accuracy intervals)", fontsize=10)
-        if total.get_legend_handles_labels()[1]:
+        if curves[total]:
             total.legend(fontsize=8)
         suffix = "" if unit == USD else "_" + "".join(c if c.isalnum() or c in "-." else "_" for c in str(lm))
         figs[f"breakeven_{dataset}{suffix}.png"] = fig
@@ -103,12 +102,13 @@ def _plottable(y: float) -> bool:
     return math.isfinite(y) and y > 0
 
 
-def _curve(ax: Any, xs: list[float], ys: list[float], label: str) -> None:
+def _curve(ax: SketchAxes, xs: list[float], ys: list[float], label: str) -> bool:
     """One method's curve, where it has a positive, finite cost (a log scale shows nothing else): none when it
-    answered nothing right (no cost per correct answer) or cost nothing."""
+    answered nothing right (no cost per correct answer) or cost nothing. Whether it drew one."""
     points = [(x, y) for x, y in zip(xs, ys, strict=True) if _plottable(y)]
     if points:
         ax.plot([x for x, _ in points], [y for _, y in points], label=label)
+    return bool(points)
 
 
 def _items(value: float | None) -> str:

@@ -3,10 +3,11 @@ the paired differences from the baseline, the judge's agreement with the dataset
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dspy_for.experiments.core.judge_summary import JUDGE_SCORES, JudgeSummary
 from dspy_for.experiments.core.summary import Summary
+from dspy_for.experiments.reports.sketch import Sketch
 from dspy_for.stats import format_p_value
 
 if TYPE_CHECKING:
@@ -80,11 +81,9 @@ def _judged(result: ComparisonResult, dataset: str) -> list[tuple[Summary, Judge
     return [(c.summary, c.summary.judge) for c in cells if c.summary is not None and c.summary.judge is not None]
 
 
-def judge_figure(dataset: str, rows: list[Summary]) -> Any:
-    """The four judge scores per method (grouped bars, 95% CIs), a ``Figure`` made without pyplot."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4))
+def judge_figure(dataset: str, rows: list[Summary]) -> Sketch:
+    """The four judge scores per method (grouped bars, 95% CIs)."""
+    fig = Sketch(figsize=(7, 4))
     ax = fig.subplots()
     width = 0.8 / len(JUDGE_SCORES)
     for k, score in enumerate(JUDGE_SCORES):

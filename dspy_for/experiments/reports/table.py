@@ -26,6 +26,7 @@ from dspy_for.experiments.reports.judge import (
     judged_rows,
 )
 from dspy_for.experiments.reports.serving import serving_lines
+from dspy_for.experiments.reports.sketch import Sketch
 from dspy_for.experiments.spec.measures import Shown
 from dspy_for.metrics import metric_for
 from dspy_for.stats import mean_with_ci, smallest_resolvable_difference
@@ -263,20 +264,18 @@ def rich_tables(result: ComparisonResult) -> list[Any]:
     return tables
 
 
-def figures(result: ComparisonResult) -> dict[str, Any]:
-    """The run's plots as matplotlib ``Figure`` objects made without pyplot, so none is kept open after its
-    caller drops it (a script or notebook may call ``compare`` many times in one process)."""
-    from matplotlib.figure import Figure
-
-    figs: dict[str, Any] = {}
+def figures(result: ComparisonResult) -> dict[str, Sketch]:
+    """The run's plots, by file name, as :class:`~dspy_for.experiments.reports.sketch.Sketch` es (``draw`` makes each
+    a matplotlib ``Figure``)."""
+    figs: dict[str, Sketch] = {}
     for dataset, by_label in result.results.items():
         if not by_label:
             continue
-        fig = Figure(figsize=(6, 4))
+        fig = Sketch(figsize=(6, 4))
         ax = fig.subplots()
-        for label, r in by_label.items():
-            if not r.n_scored:  # nothing measured: no point on the plot
-                continue
+        plotted = [label for label, r in by_label.items() if r.n_scored]  # nothing measured: no point on the plot
+        for label in plotted:
+            r = by_label[label]
             acc, (lo, hi) = r.accuracy, r.ci
             ax.errorbar(
                 [r.tokens_per_item],
@@ -291,7 +290,7 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
         ax.set_title(f"Cost / accuracy on {dataset}")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[1]:  # beside the axes: methods of similar cost never cover each other
+        if plotted:  # beside the axes: methods of similar cost never cover each other
             ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         figs[f"frontier_{dataset}.png"] = fig
         judged = judged_rows(result, dataset)
@@ -302,7 +301,7 @@ def figures(result: ComparisonResult) -> dict[str, Any]:
             if not any(i.answers_by_round for i in r.scored):
                 continue
             by_round = round_accuracy(r.scored, metric)
-            fig2 = Figure(figsize=(5, 3.5))
+            fig2 = Sketch(figsize=(5, 3.5))
             ax2 = fig2.subplots()
             xs = list(range(len(by_round)))
             yerr = [[max(0.0, a - lo) for a, lo, _ in by_round], [max(0.0, hi - a) for a, _, hi in by_round]]

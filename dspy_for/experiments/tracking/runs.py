@@ -2,9 +2,11 @@
 store is served — in the run's process, or in the command line's tracking process (:mod:`.writer`), which imports
 MLflow and opens its store beside the command's own start-up.
 
-Everything here takes and returns plain data (ids, names, dicts of strings, paths), already masked by its caller
-(:mod:`.store`, the one face the rest of the package uses), and imports nothing of ``dspy_for`` beyond the ground
-floor: the tracking process never loads DSPy or litellm to serve it.
+Everything here takes and returns plain data (ids, names, dicts of strings, paths, a plot's
+:class:`~dspy_for.experiments.reports.sketch.Sketch`), already masked by its caller (:mod:`.store`, the one face the
+rest of the package uses), and imports nothing of ``dspy_for`` beyond the ground floor and those sketches: the
+tracking process never loads DSPy or litellm to serve it. It draws the plots (:func:`log_figure`), so the command's
+own process never loads matplotlib.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from filelock import FileLock
 
 from dspy_for.compat import mlflow as compat
 from dspy_for.compat.mlflow_schema import seed_sqlite_store
+from dspy_for.experiments.reports import sketch
+from dspy_for.experiments.reports.sketch import Sketch
 
 __all__ = [
     "PROCESS_TAG",
@@ -29,6 +33,7 @@ __all__ = [
     "experiment_id",
     "log_artifact",
     "log_dataset_input",
+    "log_figure",
     "log_metrics",
     "log_params",
     "log_text",
@@ -178,6 +183,13 @@ def log_text(run_id: str, text: str, name: str) -> None:
 
 def log_artifact(run_id: str, path: str) -> None:
     client().log_artifact(run_id, path)
+
+
+def log_figure(run_id: str | None, figure: Sketch, path: str) -> None:
+    """Draw ``figure`` to ``path`` and log the file as an artifact of run ``run_id`` (None: the file only)."""
+    sketch.save(figure, path)
+    if run_id is not None:
+        log_artifact(run_id, path)
 
 
 def log_dataset_input(run_id: str | None, dataset: Mapping[str, Any]) -> None:

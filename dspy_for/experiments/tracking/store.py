@@ -31,6 +31,7 @@ from dspy_for.errors import PathError, ServerError
 from dspy_for.experiments.core.folders import writable_folder
 from dspy_for.experiments.core.heap import importing
 from dspy_for.experiments.core.sinks import critical
+from dspy_for.experiments.reports.sketch import Sketch
 from dspy_for.experiments.tracking import runs, served
 from dspy_for.experiments.tracking.runs import PROCESS_TAG
 from dspy_for.jsonwalk import flat_items
@@ -48,6 +49,7 @@ __all__ = [
     "experiment_id",
     "log_artifact",
     "log_dataset_input",
+    "log_figure",
     "log_json",
     "log_metrics",
     "log_params",
@@ -278,6 +280,12 @@ def log_artifact(run_id: str, path: Path) -> None:
     """A file already saved at ``path`` (a plot, a program), as the artifact ``path.name`` (the same file: not drawn or
     written a second time)."""
     served.write("log_artifact", run_id, str(path))
+
+
+def log_figure(run_id: str | None, figure: Sketch, path: Path) -> None:
+    """A plot drawn to ``path`` where the store is served and logged as an artifact of run ``run_id`` (None: the file
+    only), waited for: the command line's tracking process, which imports matplotlib while the items run, draws it."""
+    served.call("log_figure", run_id, figure, str(path))
 
 
 def log_dataset_input(run_id: str | None, dataset: Mapping[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """The tracking process: what a run's trace writer (:mod:`.writer`) runs, in a process of its own or in a thread of the
 run's. It stores the traces it is sent, many per store transaction, and — for the command line, where it also serves
 the run's tracking store (:func:`~.writer.start_tracking_process`) — makes the store's calls (:mod:`.runs`) in the
-order they arrive, after the traces sent before them. As a process it imports MLflow and its store as it starts; the
-trace builder, which loads DSPy, comes with the first traces.
+order they arrive, after the traces sent before them. As a process it imports MLflow and its store as it starts, then
+matplotlib beside its work, for the plots it draws at the run's end; the trace builder, which loads DSPy, comes with
+the first traces.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from dspy_for.experiments.reports import sketch
 from dspy_for.experiments.tracking.assessments import TraceContext
 from dspy_for.secrets import redact
 
@@ -176,6 +178,7 @@ def serve(conn: Any, inbox: queue.SimpleQueue[bytes | None]) -> None:
 
     batcher = Batcher(reply)
     _warm()  # what the first batch needs, imported while the run starts (what arrives meanwhile is read)
+    threading.Thread(target=sketch.warm, name="dspy-for-plots", daemon=True).start()  # the plots, while items run
     while True:
         raw = waiting(inbox)
         batcher.handle([pickle.loads(r) for r in raw if r is not None])
