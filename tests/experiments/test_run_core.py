@@ -36,3 +36,46 @@ def test_a_stop_lands_every_started_item_and_starts_no_more(tmp_path, monkeypatc
     assert len(started) == len(landed)  # every item that called the LM landed: none was dropped in flight
     assert [i.id for i in ev.result.items] == [i.id for i in landed]
     assert set(store.load()) == {i.key for i in landed}  # and is stored, so a resume reuses it
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_items_run_on_while_their_runs_id_is_not_known_and_land_with_it(tmp_path, monkeypatch, threads):
+    """A run's id (its origin) is a future until the tracking process has started the run: no item waits for it.
+    Every item calls its LM before the id is known; each record lands once it is, stamped with it."""
+    from concurrent.futures import Future
+
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def responder(messages, max_tokens):
+        with lock:
+            calls.append(user_text(messages))
+        return {"reasoning": "r", "answer": "1"}
+
+    monkeypatch.setattr(prepare_mod, "make_lm", lambda spec, **options: ScriptedLM(responder, delay=0.05))
+    data = DatasetConfig("gsm8k", "sample", first=6)
+    spec = ExperimentSpec(lm="openai/fake", datasets=[data], methods=[MethodConfig("cot")], cache=False,
+                          num_threads=threads)  # fmt: skip
+    run = prepare_run(spec, data, MethodConfig("cot"))
+    origin: Future[str | None] = Future()
+    every_item_called = threading.Event()
+    before_the_id: list[bool] = []
+
+    def known_once_every_item_called() -> None:
+        before_the_id.append(every_item_called.wait(timeout=10))  # (False: items waited for the id)
+        origin.set_result("run-123")
+
+    threading.Thread(target=known_once_every_item_called, daemon=True).start()
+    store = ResultStore(tmp_path / "items.jsonl")
+
+    def watch() -> None:
+        while len(calls) < len(run.examples):
+            threading.Event().wait(0.01)
+        every_item_called.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    with Evaluation(run, store=store, progress=False, origin=origin) as ev:
+        landed = ev.feed(run.examples)
+    assert before_the_id == [True] and len(calls) == len(run.examples)
+    assert [r.origin for r in landed] == ["run-123"] * len(run.examples)
+    assert {r.origin for r in store.load().values()} == {"run-123"}

@@ -206,9 +206,8 @@ class Evaluation:
             outcome.error_class = failed_calls[0].error or "LMError"
             outcome.error = f"{outcome.error_class}: {len(failed_calls)} LM call(s) failed inside the method"
         outcome.usage, outcome.wall_time = usage.to_dict(), time.perf_counter() - t0
-        record = replace(
-            item_record(example, pred, outcome, run.metric), started_at=started, origin=self.origin, epoch=e
-        )
+        # its origin is stamped as it lands: the run's id may not be known yet, and no item waits for it
+        record = replace(item_record(example, pred, outcome, run.metric), started_at=started, epoch=e)
         record.served_by = self.serving.saw(usage.calls)
         calls = list(usage.calls)
         if run.judge is not None:
