@@ -316,3 +316,32 @@ def test_a_comparison_with_a_scripted_lm_tracks_through_the_tracking_process(ser
     assert len(result.results["gsm8k"]["cot"].trace_ids) == 3
     assert {i.origin for i in result.results["gsm8k"]["cot"].items} == {cell.info.run_id}
     assert result.run_id == cell.data.tags["mlflow.parentRunId"]
+
+
+def test_the_tracking_process_imports_with_its_collector_off_and_leaves_it_on():
+    """Its large imports (MLflow, the trace builder, matplotlib) run with the collector off, what they made frozen
+    after; two at once on two threads leave the collector on."""
+    code = textwrap.dedent("""
+        import gc, json, threading
+        from dspy_for.experiments.tracking.tracker import _collector_off
+        seen = []
+        with _collector_off():
+            seen.append(gc.isenabled())
+            import json.tool  # noqa: F401
+        frozen = gc.get_freeze_count()
+        inside, go = threading.Event(), threading.Event()
+        def other():
+            with _collector_off():
+                inside.set()
+                go.wait()
+        t = threading.Thread(target=other)
+        t.start()
+        inside.wait()
+        with _collector_off():
+            go.set()
+        t.join()
+        print(json.dumps({"off inside": seen == [False], "frozen": frozen > 0, "on after": gc.isenabled()}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    assert json.loads(out.stdout.splitlines()[-1]) == {"off inside": True, "frozen": True, "on after": True}

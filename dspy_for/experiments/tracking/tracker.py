@@ -9,11 +9,12 @@ the first traces.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import pickle
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dspy_for.experiments.reports import sketch
@@ -57,8 +58,13 @@ class Batcher:
     :data:`TOKEN`) is known by it from then on: wherever a later call's arguments or a sink's context hold the token,
     the run's id stands in its place."""
 
-    def __init__(self, reply: Callable[[tuple[Any, ...]], None]) -> None:
+    def __init__(
+        self,
+        reply: Callable[[tuple[Any, ...]], None],
+        importing: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> None:
         self.reply = reply
+        self.importing = importing  # around the trace builder's import (it loads DSPy)
         self.contexts: dict[int, TraceContext | Exception] = {}
         self.failed_batches: dict[int, int] = {}
         self.ids: dict[str, str] = {}  # token -> the id of the run its call started
@@ -86,7 +92,8 @@ class Batcher:
         traces.clear()
 
     def _write(self, sink: int, items: list[tuple[int, dict[str, Any]]]) -> None:
-        from dspy_for.experiments.tracking.traces import build_trace, write_traces
+        with self.importing():
+            from dspy_for.experiments.tracking.traces import build_trace, write_traces
 
         ctx = self.contexts.get(sink, RuntimeError("no run to write to"))
         why: dict[int, str] = {}
@@ -176,14 +183,36 @@ def serve(conn: Any, inbox: queue.SimpleQueue[bytes | None]) -> None:
         with lock, contextlib.suppress(OSError):  # the run's process is gone: what is stored stays stored
             conn.send(message)
 
-    batcher = Batcher(reply)
-    _warm()  # what the first batch needs, imported while the run starts (what arrives meanwhile is read)
-    threading.Thread(target=sketch.warm, name="dspy-for-plots", daemon=True).start()  # the plots, while items run
+    batcher = Batcher(reply, importing=_collector_off)
+    with _collector_off():
+        _warm()  # what the first batch needs, imported while the run starts (what arrives meanwhile is read)
+    threading.Thread(target=_warm_plots, name="dspy-for-plots", daemon=True).start()  # the plots, while items run
     while True:
         raw = waiting(inbox)
         batcher.handle([pickle.loads(r) for r in raw if r is not None])
         if None in raw:
             return
+
+
+@contextlib.contextmanager
+def _collector_off() -> Iterator[None]:
+    """Around a large import of this process's (MLflow and its SQL store: a million objects, several full passes of
+    the collector, about a second of this process's CPU): the collector off meanwhile, and what it made left out of
+    its passes afterwards (it lives as long as the process). Only this process's own: a run's process keeps its
+    collector as it is."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        gc.freeze()
+
+
+def _warm_plots() -> None:
+    with _collector_off():
+        sketch.warm()
 
 
 def _warm() -> None:
