@@ -13,27 +13,32 @@ from dspy_for.experiments.core import Evaluation, ResultStore, prepare_run
 from dspy_for.testing import ScriptedLM, user_text
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_a_stop_lands_every_started_item_and_starts_no_more(tmp_path, monkeypatch, threads):
-    started: set[str] = set()
+def _scripted_run(monkeypatch, first: int, threads: int, delay: float):
+    """CoT on the first ``first`` sample items, its LM scripted to answer after ``delay``; and the questions it was
+    asked, as they are."""
+    asked: list[str] = []
     lock = threading.Lock()
 
     def responder(messages, max_tokens):
         with lock:
-            started.add(user_text(messages))
+            asked.append(user_text(messages))
         return {"reasoning": "r", "answer": "1"}
 
-    monkeypatch.setattr(prepare_mod, "make_lm", lambda spec, **options: ScriptedLM(responder, delay=0.2))
-    data = DatasetConfig("gsm8k", "sample", first=8)
-    method = MethodConfig("cot")
+    monkeypatch.setattr(prepare_mod, "make_lm", lambda spec, **options: ScriptedLM(responder, delay=delay))
+    data, method = DatasetConfig("gsm8k", "sample", first=first), MethodConfig("cot")
     spec = ExperimentSpec(lm="openai/fake", datasets=[data], methods=[method], cache=False, num_threads=threads)
-    run = prepare_run(spec, data, method)
+    return prepare_run(spec, data, method), asked
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_stop_lands_every_started_item_and_starts_no_more(tmp_path, monkeypatch, threads):
+    run, asked = _scripted_run(monkeypatch, 8, threads, 0.2)
     store = ResultStore(tmp_path / "items.jsonl")
     with Evaluation(run, store=store, progress=False) as ev:
         landed = ev.feed(run.examples, stop=lambda result: len(result.items) >= 1)
     # the rule fired on the first record: only the items running then ran; nothing started after it
     assert 1 <= len(landed) <= threads < len(run.examples)
-    assert len(started) == len(landed)  # every item that called the LM landed: none was dropped in flight
+    assert len(set(asked)) == len(landed)  # every item that called the LM landed: none was dropped in flight
     assert [i.id for i in ev.result.items] == [i.id for i in landed]
     assert set(store.load()) == {i.key for i in landed}  # and is stored, so a resume reuses it
 
@@ -44,19 +49,7 @@ def test_items_run_on_while_their_runs_id_is_not_known_and_land_with_it(tmp_path
     Every item calls its LM before the id is known; each record lands once it is, stamped with it."""
     from concurrent.futures import Future
 
-    calls: list[str] = []
-    lock = threading.Lock()
-
-    def responder(messages, max_tokens):
-        with lock:
-            calls.append(user_text(messages))
-        return {"reasoning": "r", "answer": "1"}
-
-    monkeypatch.setattr(prepare_mod, "make_lm", lambda spec, **options: ScriptedLM(responder, delay=0.05))
-    data = DatasetConfig("gsm8k", "sample", first=6)
-    spec = ExperimentSpec(lm="openai/fake", datasets=[data], methods=[MethodConfig("cot")], cache=False,
-                          num_threads=threads)  # fmt: skip
-    run = prepare_run(spec, data, MethodConfig("cot"))
+    run, calls = _scripted_run(monkeypatch, 6, threads, 0.05)
     origin: Future[str | None] = Future()
     every_item_called = threading.Event()
     before_the_id: list[bool] = []
