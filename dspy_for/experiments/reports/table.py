@@ -273,9 +273,8 @@ def figures(result: ComparisonResult) -> dict[str, Sketch]:
             continue
         fig = Sketch(figsize=(6, 4))
         ax = fig.subplots()
-        plotted = [label for label, r in by_label.items() if r.n_scored]  # nothing measured: no point on the plot
-        for label in plotted:
-            r = by_label[label]
+        plotted = {label: r for label, r in by_label.items() if r.n_scored}  # nothing measured: no point on the plot
+        for label, r in plotted.items():
             acc, (lo, hi) = r.accuracy, r.ci
             ax.errorbar(
                 [r.tokens_per_item],
