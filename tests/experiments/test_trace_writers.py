@@ -248,6 +248,41 @@ def test_a_trace_stored_in_a_batch_is_the_trace_stored_alone(tracked):
     assert _shown(batched) == _shown(alone) and len(batched.data.spans) == 2
 
 
+def test_a_batch_writes_the_rows_mlflow_writes_trace_by_trace(tmp_path, monkeypatch):
+    """Every row of every table a batch writes (its traces' rows held and inserted together) is the row MLflow's own
+    ``start_trace`` and ``log_spans`` write for the same traces one at a time, each in its own transaction."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    from dspy_for.compat import mlflow_batch
+
+    dumps, built, batches = [], None, []
+    in_one = mlflow_batch._in_one_transaction
+    monkeypatch.setattr(mlflow_batch, "_in_one_transaction", lambda *a: batches.append(in_one(*a)) or batches[-1])
+    for one_by_one in (False, True):
+        store = tmp_path / ("alone" if one_by_one else "batch")
+        uri = f"sqlite:///{store}/mlflow.db"
+        monkeypatch.chdir(tmp_path)
+        setup_tracking(uri, "rows")
+        client = MlflowClient(uri)
+        experiment_id = client.get_experiment_by_name("rows").experiment_id
+        ctx = _ctx(uri, "the-run", experiment_id)
+        payloads = [*_item_payloads(6, "rows", timed=True), *_item_payloads(2, "untimed")]
+        built = built or [traces.build_trace(ctx, p) for p in payloads]  # the same traces, ids included, in both
+        if one_by_one:
+            monkeypatch.setattr(mlflow_batch, "_in_one_transaction", lambda *a: None)
+        assert traces.write_traces(ctx, built) == {}
+        with contextlib.closing(sqlite3.connect(store / "mlflow.db")) as db:
+            tables = [t for (t,) in db.execute("select name from sqlite_master where type = 'table'")]
+            dumps.append({t: sorted(repr(r).replace(str(store), "STORE") for r in db.execute(f"select * from {t}"))
+                          for t in tables if t.startswith(("trace", "span", "assessment"))})  # fmt: skip
+    batched, alone = dumps
+    assert len(batches) == 1 and batches[0] is not None  # the batch was stored in one transaction
+    assert batched == alone
+    assert len(batched["trace_info"]) == 8 and len(batched["spans"]) == 12 and batched["assessments"]
+
+
 def _shown(trace: Any) -> dict[str, Any]:
     info = trace.info
     return {
