@@ -107,7 +107,10 @@ def _rows_held(session: Any) -> Iterator[None]:
     """Inside: ``session`` flushes nothing (MLflow's ``start_trace`` flushes each trace's rows as it makes them); after,
     every row made inside is inserted at once, table by table in the order their foreign keys need, with SQLAlchemy's
     bulk insert (the same rows a flush writes, without a unit of work per trace). A store that refuses a row raises
-    then, for the whole batch."""
+    then, for the whole batch. With MLflow's opt-in trace rollups on, rows are flushed as MLflow does."""
+    if _rollups_on():  # start_trace then also queues rollup rebuilds, and reads that queue back: rows not held
+        yield
+        return
     session.flush = _held  # an attribute of this session only; the method is back after
     try:
         with session.no_autoflush:
@@ -121,6 +124,12 @@ def _rows_held(session: Any) -> Iterator[None]:
         if row in session:  # a trace's rows leave with it (its relationships cascade)
             session.expunge(row)
     session.bulk_save_objects(made)
+
+
+def _rollups_on() -> bool:
+    from mlflow.environment_variables import MLFLOW_SQL_TRACE_ROLLUPS_ENABLED
+
+    return bool(MLFLOW_SQL_TRACE_ROLLUPS_ENABLED.get())
 
 
 def _held(*args: Any, **kwargs: Any) -> None:

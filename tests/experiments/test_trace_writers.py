@@ -283,6 +283,25 @@ def test_a_batch_writes_the_rows_mlflow_writes_trace_by_trace(tmp_path, monkeypa
     assert len(batched["trace_info"]) == 8 and len(batched["spans"]) == 12 and batched["assessments"]
 
 
+def test_with_mlflows_trace_rollups_on_a_batchs_rows_are_flushed_as_mlflow_does(tracked, monkeypatch):
+    """MLflow's opt-in rollups make ``start_trace`` queue rebuilds it reads back within the batch: no rows held then."""
+    from mlflow.tracking import MlflowClient
+    from sqlalchemy.orm import Session
+
+    bulk: list[int] = []
+    real = Session.bulk_save_objects
+    monkeypatch.setattr(Session, "bulk_save_objects", lambda self, rows: bulk.append(len(rows)) or real(self, rows))
+    run_id = start_run("rollups", "writers")
+    ctx = _ctx(tracked, run_id, MlflowClient(tracked).get_run(run_id).info.experiment_id)
+    monkeypatch.setenv("MLFLOW_SQL_TRACE_ROLLUPS_ENABLED", "true")
+    assert traces.write_traces(ctx, [traces.build_trace(ctx, p) for p in _item_payloads(3, "rollups")]) == {}
+    assert bulk == [] and _stored_items(tracked, run_id) == {f"rollups/{i}" for i in range(3)}
+    monkeypatch.delenv("MLFLOW_SQL_TRACE_ROLLUPS_ENABLED")
+    more = [traces.build_trace(ctx, p) for p in _item_payloads(3, "held")]
+    assert traces.write_traces(ctx, more) == {}
+    assert bulk and _stored_items(tracked, run_id) >= {f"held/{i}" for i in range(3)}
+
+
 def _shown(trace: Any) -> dict[str, Any]:
     info = trace.info
     return {
