@@ -127,9 +127,11 @@ def _rows_held(session: Any) -> Iterator[None]:
 
 
 def _rollups_on() -> bool:
-    from mlflow.environment_variables import MLFLOW_SQL_TRACE_ROLLUPS_ENABLED
+    """Whether MLflow's opt-in trace rollups are on (an MLflow without them: no)."""
+    from mlflow import environment_variables
 
-    return bool(MLFLOW_SQL_TRACE_ROLLUPS_ENABLED.get())
+    setting = getattr(environment_variables, "MLFLOW_SQL_TRACE_ROLLUPS_ENABLED", None)
+    return bool(setting is not None and setting.get())
 
 
 def _held(*args: Any, **kwargs: Any) -> None:
